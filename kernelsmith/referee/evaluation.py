@@ -1,0 +1,290 @@
+"""`evaluate(task, candidate) -> Verdict`: the referee's one public operation.
+
+Runs the reference and the candidate in two separate children (in parallel), compares their outputs here,
+then — on a GPU and only for a correct candidate — lets the candidate's child time it against the reference
+and compares once more on a fresh input set. The candidate's process never holds a reference output that
+is used to judge it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelsmith.candidate import Candidate
+from kernelsmith.referee.compare import compare_outputs, degenerate_reason
+from kernelsmith.referee.policy import POLICIES
+from kernelsmith.referee.sandbox import Child, ChildOutcome, Limits, redact, secret_values
+from kernelsmith.referee.verdict import Finding, Severity, Status, Verdict
+from kernelsmith.task import Task
+
+DEVICES = ("cuda", "cpu")
+
+
+@dataclass
+class EvalOptions:
+    device: str = "cuda"
+    policy: str = "strict"
+    timeout_s: float = 300.0  # bounds the whole evaluation
+    trials: int = 5  # random input sets, plus the task's get_test_inputs() cases
+    test_inputs: bool = True
+    poison: bool = True
+    tolerance: float | None = None  # overrides the per-dtype default (see compare.py)
+    timing: dict[str, Any] = field(default_factory=dict)  # TimingOptions fields
+    limits: Limits = field(default_factory=Limits)
+    keep_dir: bool = False  # keep the children's work dirs (for debugging)
+    implausible_margin: float = 0.8  # flag cand_ms below this fraction of the memory-bandwidth floor
+    max_hidden_work_ms: float = 0.1
+
+    def validate(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"device {self.device!r}: expected one of {', '.join(DEVICES)}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy {self.policy!r}: expected one of {', '.join(POLICIES)}")
+        if self.trials < 1:
+            raise ValueError(f"trials {self.trials}: need at least 1")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout {self.timeout_s}: must be positive")
+
+
+def _load_tensors(path: Path) -> list[torch.Tensor]:
+    # weights_only: the file was written by a child that may run hostile code; never unpickle objects from it
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _job(role: str, task: Task, opts: EvalOptions, seeds: dict[str, Any]) -> dict[str, Any]:
+    return {"role": role, "device": opts.device, "policy": opts.policy, "poison": opts.poison,
+            "test_inputs": opts.test_inputs and task.has_test_inputs, "tolerance": opts.tolerance,
+            "timing": opts.timing, **seeds}
+
+
+def _prepare(root: Path, name: str, job: dict[str, Any], task: Task, candidate: Candidate | None) -> Path:
+    d = root / name
+    d.mkdir()
+    (d / "task.py").write_text(task.source)
+    if candidate is not None:
+        (d / "candidate.py").write_text(candidate.source)
+    (d / "job.json").write_text(json.dumps(job))
+    return d
+
+
+class _Judge:
+    """Accumulates one evaluation's findings and decides the status."""
+
+    def __init__(self, opts: EvalOptions, secrets_: list[str]):
+        self.opts = opts
+        self.secrets = secrets_
+        self.v = Verdict(status=Status.CORRECT, device=opts.device)
+        self.t0 = time.monotonic()
+
+    def finding(self, name: str, message: str, severity: Severity = Severity.REJECT) -> None:
+        if not self.v.finding(name):
+            self.v.guards.append(Finding(name, message, severity))
+
+    def end(self, status: Status | None = None, error: str = "", log: str = "") -> Verdict:
+        v = self.v
+        if status is None:
+            severities = {g.severity for g in v.guards}
+            status = (Status.REJECTED if Severity.REJECT in severities
+                      else Status.INCORRECT if Severity.FAIL in severities else Status.CORRECT)
+        log, leaked = redact(log, self.secrets)
+        error, leaked2 = redact(error, self.secrets)
+        if leaked or leaked2:
+            self.finding("secret_leak", "candidate output contained a secret of the parent's environment")
+            status = Status.REJECTED
+        v.status, v.log, v.elapsed_s = status, log, round(time.monotonic() - self.t0, 3)
+        if not error and status is not Status.CORRECT:
+            bad = [g for g in v.guards if g.severity is not Severity.WARN]
+            error = bad[0].message if bad else status.value
+        v.error = error
+        if status is not Status.CORRECT:
+            v.speedup = v.speedup_ci = v.cand_ms = None
+        return v
+
+
+def _failure(outcome: ChildOutcome | None, err: dict[str, Any] | None, role: str) -> tuple[Status, str]:
+    if outcome is not None and outcome.timed_out:
+        return Status.TIMEOUT, f"{role} ran past the evaluation's time limit"
+    if outcome is not None and outcome.memory_exceeded:
+        return Status.CRASHED, f"{role} exceeded its memory limit ({outcome.peak_rss_mb:.0f} MB resident)"
+    if err:
+        kind = err.get("kind", "runtime")
+        status = {"compile": Status.COMPILE_ERROR, "crash": Status.CRASHED}.get(kind, Status.RUNTIME_ERROR)
+        where = {"import": "importing the candidate", "init": "constructing ModelNew",
+                 "forward": "running forward", "timing": "timing"}.get(err.get("stage", ""), err.get("stage", ""))
+        return status, f"{err.get('type')} while {where}: {err.get('message', '')}".strip()
+    if outcome is not None and outcome.signal_name:
+        return Status.CRASHED, f"{role} process died with {outcome.signal_name}"
+    code = outcome.returncode if outcome else None
+    return Status.CRASHED, f"{role} process exited with code {code} before reporting"
+
+
+def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: EvalOptions | None = None,
+             overrides: dict[str, Any] | None = None) -> Verdict:
+    """Judge `candidate` against `task`. Bad task input raises `TaskError`; everything else is a verdict."""
+    opts = opts or EvalOptions()
+    opts.validate()
+    if not isinstance(task, Task):
+        task = Task.load(task, overrides, device=opts.device)
+    if not isinstance(candidate, Candidate):
+        candidate = Candidate.from_file(candidate)
+    judge = _Judge(opts, secret_values())
+    seeds = {"init_seed": 42, "trial_seeds": [secrets.randbits(31) for _ in range(opts.trials)],
+             "test_seed": secrets.randbits(31), "check_seed": secrets.randbits(31),
+             "timing_seed": secrets.randbits(20) * 64}
+    root = Path(tempfile.mkdtemp(prefix="kernelsmith-eval-"))
+    deadline = time.monotonic() + opts.timeout_s
+    ref_child = cand_child = None
+    try:
+        ref_dir = _prepare(root, "reference", _job("reference", task, opts, seeds), task, None)
+        cand_dir = _prepare(root, "candidate", _job("candidate", task, opts, seeds), task, candidate)
+        ref_child = Child.start(ref_dir, opts.device, opts.limits)
+        cand_child = Child.start(cand_dir, opts.device, opts.limits)
+        judge.v.timing["sandbox"] = cand_child.sandbox
+        return _run(task, opts, judge, ref_child, cand_child, ref_dir, cand_dir, deadline)
+    finally:
+        for child in (ref_child, cand_child):
+            if child is not None and child.proc.poll() is None:
+                child.kill()
+        if not opts.keep_dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_child: Child,
+         ref_dir: Path, cand_dir: Path, deadline: float) -> Verdict:
+    v = judge.v
+    # The candidate's child starts up meanwhile but runs no candidate code until the reference's outputs
+    # are loaded here and deleted from disk.
+    ref_out = ref_child.finish(deadline)
+    ref_res = _read_json(ref_dir / "result.json")
+    if ref_res is None:
+        cand_child.kill()
+        status, msg = _failure(ref_out, _read_json(ref_dir / "error.json"), "reference")
+        if status is Status.TIMEOUT:
+            return judge.end(status, msg, ref_child.log())
+        return judge.end(Status.CRASHED, f"the task's reference failed: {msg}", ref_child.log())
+    v.versions, v.device = ref_res["versions"], ref_res["device"]
+    refs = {name: _load_tensors(ref_dir / "out" / f"{name}.pt") for name in ref_res["cases"]}
+    shutil.rmtree(ref_dir / "out", ignore_errors=True)
+    cand_child.send("go")
+    reason = degenerate_reason(refs["trial0"])
+    if reason:
+        judge.finding("degenerate_task", f"task outputs are degenerate, a trivial output may pass: {reason}",
+                      Severity.WARN)
+
+    outcome = cand_child.wait_for(cand_dir / "phase1.json", deadline)
+    phase1 = _read_json(cand_dir / "phase1.json")
+    if phase1 is None:
+        status, msg = _failure(outcome, _read_json(cand_dir / "error.json"), "candidate")
+        return judge.end(status, msg, cand_child.log())
+    v.ops, v.kernels = phase1.get("ops", {}), phase1.get("kernels", {})
+    for f in phase1.get("findings", []):
+        judge.finding(**{k: (Severity(x) if k == "severity" else x) for k, x in f.items()})
+    if any(g.severity is Severity.REJECT for g in v.guards):
+        cand_child.kill()
+        return judge.end(None, log=cand_child.log())
+
+    _check_cases(judge, refs, ref_res, cand_dir, phase1, opts)
+    if opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):
+        cand_child.send("stop")
+        cand_child.finish(deadline)
+        return judge.end(None, log=cand_child.log())
+
+    cand_child.send("time")
+    outcome = cand_child.wait_for(cand_dir / "phase2.json", deadline)
+    phase2 = _read_json(cand_dir / "phase2.json")
+    if phase2 is None:
+        status, msg = _failure(outcome, _read_json(cand_dir / "error.json"), "candidate")
+        return judge.end(status, msg, cand_child.log())
+    cand_child.finish(deadline)
+    _judge_timing(judge, phase2, refs, ref_res, cand_dir, opts)
+    return judge.end(None, log=cand_child.log())
+
+
+def _check_cases(judge: _Judge, refs: dict[str, list[torch.Tensor]], ref_res: dict[str, Any], cand_dir: Path,
+                 phase1: dict[str, Any], opts: EvalOptions) -> None:
+    """Compare every case the candidate ran; name the first failure by the check that caught it."""
+    v = judge.v
+    outs: dict[str, list[torch.Tensor]] = {}
+    for run_name, info in phase1["cases"].items():
+        case = run_name.removesuffix("_repeat")
+        out = _load_tensors(cand_dir / "out" / f"{run_name}.pt")
+        outs[run_name] = out
+        if info["digest_after"] != ref_res["cases"][case]["digest"]:
+            judge.finding("input_mutated", f"forward changed its inputs in place ({case})", Severity.FAIL)
+            return
+        cmp = compare_outputs(out, refs[case], opts.tolerance)
+        v.max_abs_err = max(v.max_abs_err or 0.0, cmp.max_abs_err)
+        v.max_rel_err = max(v.max_rel_err or 0.0, cmp.max_rel_err)
+        if cmp.ok:
+            v.trials += 0 if run_name.endswith("_repeat") else 1
+            continue
+        if run_name.endswith("_repeat"):
+            name, what = "poisoned_memory", "with its output memory poisoned, the repeated run disagrees: it reads memory it did not write"
+        elif cmp.kind == "structure":
+            name, what = "output_structure", "wrong output structure"
+        elif cmp.kind == "nonfinite":
+            name, what = "nonfinite_output", "NaN/Inf where the reference has none"
+        else:
+            earlier = [c for c in refs if c != case and c in outs and compare_outputs(out, refs[c]).ok]
+            if earlier:
+                name, what = "cached_result", f"returned the result for an earlier input ({earlier[0]})"
+            else:
+                name, what = "output_mismatch", "outputs differ from the reference"
+        judge.finding(name, f"{case}: {what}: {cmp.reason}", Severity.FAIL)
+        return
+    first, repeat = phase1["cases"].get("trial0"), None
+    if first and "trial0_repeat" in outs:
+        repeat = compare_outputs(outs["trial0_repeat"], outs["trial0"], opts.tolerance)
+        if not repeat.ok:
+            judge.finding("poisoned_memory", "two runs on the same input disagree with differently poisoned "
+                          f"output memory: {repeat.reason}", Severity.FAIL)
+
+
+def _judge_timing(judge: _Judge, phase2: dict[str, Any], refs: dict[str, list[torch.Tensor]],
+                  ref_res: dict[str, Any], cand_dir: Path, opts: EvalOptions) -> None:
+    v = judge.v
+    for f in phase2.get("findings", []):
+        judge.finding(**{k: (Severity(x) if k == "severity" else x) for k, x in f.items()})
+    t = phase2["timing"]
+    v.ref_ms, v.cand_ms = round(t["ref_ms"], 6), round(t["cand_ms"], 6)
+    v.speedup = round(t["speedup"], 4)
+    v.speedup_ci = [round(x, 4) for x in t["speedup_ci"]]
+    v.timing.update({k: t[k] for k in ("method", "reps", "ref_spread", "cand_spread", "hidden_work_ms")})
+    v.timing["bandwidth_gbs"] = round(phase2["bandwidth"] / 1e9, 1)
+    if t["canary_failures"]:
+        judge.finding("cached_result", f"{t['canary_failures']} timed calls returned outputs that do not match "
+                      "the reference on the same inputs (results cached across calls?)", Severity.FAIL)
+    if t["hidden_work_ms"] > max(opts.max_hidden_work_ms, 0.5 * t["cand_ms"]):
+        judge.finding("hidden_stream_work", f"device-synchronised wall time exceeds the timed events by "
+                      f"{t['hidden_work_ms']:.3f} ms per call: work on another stream or thread")
+    floor_ms = ref_res["cases"]["trial0"]["bytes"] / phase2["bandwidth"] * 1e3
+    v.timing["bandwidth_floor_ms"] = round(floor_ms, 6)
+    if t["method"].startswith("eager") and t["cand_ms"] < opts.implausible_margin * floor_ms:
+        judge.finding("implausible_speedup", f"{t['cand_ms']:.4f} ms is faster than moving its inputs and "
+                      f"outputs once at {phase2['bandwidth'] / 1e9:.0f} GB/s allows ({floor_ms:.4f} ms)")
+    check = cand_dir / "out" / "check.pt"
+    if not check.exists():
+        return
+    if phase2["check_digest_after"] != ref_res["cases"]["check"]["digest"]:
+        judge.finding("input_mutated", "forward changed its inputs in place (after timing)", Severity.FAIL)
+    cmp = compare_outputs(_load_tensors(check), refs["check"], opts.tolerance)
+    if not cmp.ok:
+        judge.finding("changed_after_timing", f"wrong on a fresh input after timing: {cmp.reason}", Severity.FAIL)
+    else:
+        v.trials += 1

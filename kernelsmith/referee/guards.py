@@ -1,0 +1,294 @@
+"""Run-time guards installed inside the candidate's child process (never regex on the source).
+
+They watch what `forward` really does: which Triton kernels it launches (hooked on Triton's launch path), which
+torch operators it executes (a `TorchDispatchMode`, so `getattr(torch, "soft" + "max")`, `torch.ops.aten.*`,
+`F.*` and `nn.*` submodules are all seen), whether it starts threads or processes, and whether it patched the
+functions the referee relies on. They are tamper-evident, not tamper-proof: the comparison that decides
+correctness happens in the parent process, out of the candidate's reach.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+from kernelsmith.referee.verdict import Finding, Severity
+
+
+class LaunchRecorder:
+    """Wraps Triton's `run` (compiled and interpreted) to count launches made during a guarded call.
+
+    Only kernels defined in the candidate's own file count as the candidate's kernels; launches of kernels
+    from elsewhere (a library, torch inductor) are recorded as foreign and do not satisfy the guard.
+    """
+
+    def __init__(self, candidate_file: str):
+        self.candidate_file = os.path.realpath(candidate_file)
+        self.kernels: Counter[str] = Counter()
+        self.foreign: Counter[str] = Counter()
+        self.depth = 0  # > 0 while inside a launch: torch ops there belong to Triton, not to the candidate
+        self.active = False
+        self.wrappers: dict[type, Callable[..., Any]] = {}
+
+    def install(self) -> None:
+        from triton.runtime.jit import JITFunction
+
+        classes: list[type] = [JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            classes.append(InterpretedFunction)
+        except ImportError:  # pragma: no cover - older Triton
+            pass
+        for cls in classes:
+            original = cls.run
+            recorder = self
+
+            def run(fn_self: Any, *args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+                if kwargs.get("warmup"):
+                    return _original(fn_self, *args, **kwargs)
+                recorder._enter(fn_self)
+                try:
+                    return _original(fn_self, *args, **kwargs)
+                finally:
+                    recorder.depth -= 1
+
+            cls.run = run
+            self.wrappers[cls] = run
+
+    def _enter(self, fn_self: Any) -> None:
+        self.depth += 1
+        if not self.active:
+            return
+        fn = getattr(fn_self, "fn", None)
+        name = getattr(fn, "__name__", type(fn_self).__name__)
+        code = getattr(fn, "__code__", None)
+        origin = os.path.realpath(code.co_filename) if code is not None else ""
+        (self.kernels if origin == self.candidate_file else self.foreign)[name] += 1
+
+    def intact(self) -> list[str]:
+        return [f"{cls.__name__}.run" for cls, w in self.wrappers.items() if cls.__dict__.get("run") is not w]
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records every torch operator that reaches the dispatcher while active and outside a Triton launch."""
+
+    def __init__(self, launches: LaunchRecorder, device: str):
+        super().__init__()
+        self.launches = launches
+        self.device = device
+        self.ops: Counter[str] = Counter()
+        self.host_transfers = 0
+        self.active = False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if self.active and self.launches.depth == 0:
+            name = func.name().split(".")[0]
+            self.ops[name] += 1
+            if self.device != "cpu" and name in ("aten::_to_copy", "aten::copy_", "aten::to"):
+                devices = {a.device.type for a in _tensors(args, kwargs)}
+                target = kwargs.get("device")
+                if target is not None:
+                    devices.add(torch.device(target).type)
+                if "cpu" in devices:
+                    self.host_transfers += 1
+        return func(*args, **kwargs)
+
+
+def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    flat = list(args) + list(kwargs.values())
+    return [a for a in flat if isinstance(a, torch.Tensor)]
+
+
+class ConcurrencyWatch:
+    """Notices threads and processes started by candidate code (Python threads, fork, subprocess)."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.active = False
+        self._thread_start = threading.Thread.start
+        watch = self
+
+        def start(thread: threading.Thread, _orig: Callable[..., Any] = self._thread_start) -> None:
+            if watch.active:
+                watch.events.append(f"thread {thread.name!r} started")
+            return _orig(thread)
+
+        threading.Thread.start = start  # type: ignore[method-assign]
+        self.start_wrapper = start
+        os.register_at_fork(before=lambda: watch.active and watch.events.append("fork()"))
+        import subprocess
+
+        original_popen_init = subprocess.Popen.__init__
+
+        def popen_init(popen: Any, *args: Any, _orig: Callable[..., Any] = original_popen_init, **kw: Any) -> None:
+            if watch.active:
+                watch.events.append(f"subprocess {args[0] if args else kw.get('args')!r}")
+            _orig(popen, *args, **kw)
+
+        subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
+
+    @staticmethod
+    def snapshot() -> tuple[set[int], set[str]]:
+        threads = {t.ident or 0 for t in threading.enumerate()}
+        children: set[str] = set()
+        try:
+            for tid in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{tid}/children") as fh:
+                    children.update(fh.read().split())
+        except OSError:
+            pass
+        return threads, children
+
+
+# Functions and classes the referee relies on inside the child; a candidate that rebinds one is tampering.
+WATCHED: list[tuple[str, Any, str]] = [
+    ("torch", torch, "allclose"),
+    ("torch", torch, "equal"),
+    ("torch", torch, "manual_seed"),
+    ("torch", torch, "save"),
+    ("torch", torch, "randn"),
+    ("torch", torch, "rand"),
+    ("torch.testing", torch.testing, "assert_close"),
+    ("torch.Tensor", torch.Tensor, "clone"),
+    ("torch.Tensor", torch.Tensor, "cpu"),
+    ("torch.Tensor", torch.Tensor, "copy_"),
+    ("torch.Tensor", torch.Tensor, "__torch_function__"),
+    ("torch.cuda", torch.cuda, "synchronize"),
+    ("torch.cuda", torch.cuda, "Event"),
+    ("torch.cuda", torch.cuda, "CUDAGraph"),
+    ("torch.cuda.Event", torch.cuda.Event, "record"),
+    ("torch.cuda.Event", torch.cuda.Event, "elapsed_time"),
+    ("time", time, "perf_counter"),
+    ("time", time, "time"),
+    ("time", time, "monotonic"),
+    ("os", os, "_exit"),
+]
+
+
+class TamperCheck:
+    """Identity snapshot of watched attributes (plus extra ones registered by the worker)."""
+
+    def __init__(self, extra: list[tuple[str, Any, str]] | None = None):
+        self.watched = list(WATCHED) + list(extra or [])
+        self.snapshot = [(label, obj, attr, _static(obj, attr)) for label, obj, attr in self.watched]
+
+    def changed(self) -> list[str]:
+        return [f"{label}.{attr}" for label, obj, attr, ref in self.snapshot if _static(obj, attr) is not ref]
+
+
+def _static(obj: Any, attr: str) -> Any:
+    """The attribute as stored (no descriptor binding, which makes a fresh object per lookup), unwrapped:
+    torch._dynamo, when something imports it, rebinds `torch.manual_seed` to a functools.wraps wrapper."""
+    value = inspect.getattr_static(obj, attr, None)
+    try:
+        return inspect.unwrap(value) if callable(value) else value
+    except ValueError:  # pragma: no cover - a cycle of __wrapped__
+        return value
+
+
+def check_output(out: Any, device: str) -> tuple[list[torch.Tensor] | None, str]:
+    """Flatten forward's result into plain dense tensors; a reason when it is anything else."""
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    tensors: list[torch.Tensor] = []
+    for i, t in enumerate(items):
+        if type(t) is not torch.Tensor:  # noqa: E721 - subclasses (lazy, fake, wrapper tensors) are refused
+            return None, f"output {i} is {type(t).__module__}.{type(t).__qualname__}, not a plain torch.Tensor"
+        if t.layout is not torch.strided or t.is_meta or t.is_sparse or t.is_quantized or t.is_nested:
+            return None, f"output {i} is not a dense strided tensor (layout {t.layout}, meta={t.is_meta})"
+        if t.device.type != device:
+            return None, f"output {i} is on {t.device}, expected {device}"
+        if t.numel() and t.untyped_storage().data_ptr() == 0:
+            return None, f"output {i} has no storage"
+        tensors.append(t)
+    return tensors, ""
+
+
+class GuardSession:
+    """All guards for one candidate process. `watch()` wraps each forward call that is judged."""
+
+    def __init__(self, candidate_file: str, device: str, policy: str):
+        self.device = device
+        self.policy = policy
+        self.launches = LaunchRecorder(candidate_file)
+        self.launches.install()
+        self.ops = OpRecorder(self.launches, device)
+        self.concurrency = ConcurrencyWatch()
+        self.compile_calls: list[str] = []
+        self._block_compile()
+        self.tamper = TamperCheck(
+            [("threading.Thread", threading.Thread, "start"), ("torch", torch, "compile")]
+        )
+        self.findings: dict[str, Finding] = {}
+
+    def _block_compile(self) -> None:
+        """torch.compile would launch inductor's Triton kernels and hide torch compute: run eagerly instead."""
+        session = self
+
+        def compile(model: Any = None, **kwargs: Any) -> Any:
+            session.compile_calls.append("torch.compile")
+            if model is None:
+                return lambda m: m
+            return model
+
+        torch.compile = compile  # type: ignore[assignment]
+
+    @contextmanager
+    def watch(self) -> Any:
+        threads_before, children_before = self.concurrency.snapshot()
+        self.launches.active = self.ops.active = self.concurrency.active = True
+        try:
+            with self.ops:
+                yield
+        finally:
+            self.launches.active = self.ops.active = self.concurrency.active = False
+            threads_after, children_after = self.concurrency.snapshot()
+            extra_threads = threads_after - threads_before
+            if extra_threads:
+                self.concurrency.events.append(f"{len(extra_threads)} thread(s) still running after forward")
+            if children_after - children_before:
+                self.concurrency.events.append("child process(es) still running after forward")
+            if _get_current_dispatch_mode_stack():
+                self.add("tampering", "the referee's dispatch mode was left on the stack or replaced")
+
+    def add(self, name: str, message: str, severity: Severity = Severity.REJECT) -> None:
+        self.findings.setdefault(name, Finding(name, message, severity))
+
+    def check_tamper(self) -> None:
+        changed = self.tamper.changed() + self.launches.intact()
+        if changed:
+            self.add("tampering", f"candidate rebound referee-watched functions: {', '.join(changed)}")
+
+    def judge(self) -> list[Finding]:
+        """Findings from everything watched so far, by the policy."""
+        from kernelsmith.referee.policy import disallowed_ops
+
+        self.check_tamper()
+        if not self.launches.kernels:
+            foreign = f" (only foreign kernels: {dict(self.launches.foreign)})" if self.launches.foreign else ""
+            self.add("no_triton_kernel", f"forward launched no Triton kernel defined in the candidate{foreign}")
+        bad = disallowed_ops(self.ops.ops, self.policy)
+        if bad:
+            listed = ", ".join(f"{k}×{v}" for k, v in sorted(bad.items()))
+            self.add("torch_compute_op", f"policy {self.policy}: torch compute outside Triton: {listed}")
+        if self.policy == "strict" and self.ops.host_transfers:
+            self.add("host_transfer", f"forward copied data between device and host {self.ops.host_transfers}×")
+        if self.concurrency.events:
+            self.add("extra_thread", "forward started concurrent work: " + "; ".join(self.concurrency.events[:5]))
+        if self.compile_calls:
+            self.add(
+                "torch_compile",
+                "candidate called torch.compile (ran eagerly instead)",
+                Severity.REJECT if self.policy == "strict" else Severity.WARN,
+            )
+        return list(self.findings.values())

@@ -1,0 +1,85 @@
+"""The referee's answer for one candidate: status, errors, speedup with its confidence, and guard findings."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    """Exactly one per verdict. Ordered from worst stage to best for the workshop's scoring."""
+
+    CRASHED = "crashed"  # the child died (signal, CUDA context lost, memory limit)
+    TIMEOUT = "timeout"  # the whole evaluation ran past its wall-clock limit
+    COMPILE_ERROR = "compile_error"  # the program or a Triton kernel did not build
+    RUNTIME_ERROR = "runtime_error"  # an exception while constructing or running ModelNew
+    REJECTED = "rejected"  # a guard caught a cheat
+    INCORRECT = "incorrect"  # ran, but outputs differ from the reference
+    CORRECT = "correct"
+
+
+class Severity(str, Enum):
+    REJECT = "reject"  # makes the verdict `rejected`
+    FAIL = "fail"  # makes the verdict `incorrect`
+    WARN = "warn"  # reported, does not change the status
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One guard's observation. `name` is stable (tests and the workshop key on it); `message` is for people."""
+
+    name: str
+    message: str
+    severity: Severity = Severity.REJECT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "message": self.message, "severity": self.severity.value}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls(d["name"], d["message"], Severity(d.get("severity", "reject")))
+
+
+@dataclass
+class Verdict:
+    status: Status
+    speedup: float | None = None
+    speedup_ci: list[float] | None = None
+    ref_ms: float | None = None
+    cand_ms: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    guards: list[Finding] = field(default_factory=list)
+    log: str = ""
+    device: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    trials: int = 0  # input sets compared against the reference
+    error: str = ""  # one line: why it is not correct (first failing check), empty when correct
+    ops: dict[str, int] = field(default_factory=dict)  # torch operators executed by forward, by count
+    kernels: dict[str, int] = field(default_factory=dict)  # Triton kernels launched by forward, by count
+    timing: dict[str, Any] = field(default_factory=dict)  # method, repetitions, spread
+    elapsed_s: float = 0.0
+
+    @property
+    def correct(self) -> bool:
+        return self.status is Status.CORRECT
+
+    def finding(self, name: str) -> Finding | None:
+        return next((g for g in self.guards if g.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = self.status.value
+        d["correct"] = self.correct
+        d["guards"] = [g.to_dict() for g in self.guards]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        d = dict(d)
+        d.pop("correct", None)
+        d["status"] = Status(d["status"])
+        d["guards"] = [Finding.from_dict(g) for g in d.get("guards", [])]
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in known})

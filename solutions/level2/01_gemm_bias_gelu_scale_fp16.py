@@ -1,0 +1,89 @@
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+# EVOLVE-BLOCK-START
+@triton.jit
+def linear_gelu_scale_kernel(x_ptr, w_ptr, bias_ptr, y_ptr, M, N, K,
+                             stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+                             scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             GROUP_M: tl.constexpr):
+    # y = gelu_tanh(x @ W^T + bias) * scale, W stored (N, K) as in nn.Linear.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_xm = offs_m % M   # wrapped rows/cols: in-bounds loads, results masked on store
+    offs_wn = offs_n % N
+    offs_k = tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + offs_xm[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    # Read W^T tiles (BLOCK_K, BLOCK_N) straight from the (N, K) weight: no transpose copy.
+    w_ptrs = w_ptr + offs_k[:, None] * stride_wk + offs_wn[None, :] * stride_wn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_mask = offs_k < K - k0
+        a = tl.load(x_ptrs, mask=k_mask[None, :], other=0.0)
+        b = tl.load(w_ptrs, mask=k_mask[:, None], other=0.0)
+        acc = tl.dot(a, b, acc)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+
+    # Fused epilogue in fp32: bias, tanh-GELU, scaling; a single rounding to fp16.
+    bias = tl.load(bias_ptr + offs_wn).to(tl.float32)
+    v = acc + bias[None, :]
+    u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
+    t = 1.0 - 2.0 / (1.0 + tl.exp(2.0 * u))          # tanh(u), saturates cleanly
+    out = 0.5 * v * (1.0 + t) * scale
+
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    y_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(y_ptrs, out.to(y_ptr.dtype.element_ty), mask=y_mask)
+
+
+def _pick_block(n, lo, hi):
+    return max(lo, min(hi, triton.next_power_of_2(n)))
+
+
+class ModelNew(nn.Module):
+    """fp16 Linear with bias + tanh-GELU + scale fused into the GEMM epilogue."""
+
+    def __init__(self, in_features, out_features, scaling_factor):
+        super(ModelNew, self).__init__()
+        self.linear = nn.Linear(in_features, out_features, dtype=torch.float16)
+        self.scaling_factor = float(scaling_factor)
+
+    def forward(self, x):
+        x = x.contiguous()
+        w = self.linear.weight
+        b = self.linear.bias
+        M, K = x.shape
+        N = w.shape[0]
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        if M == 0:
+            return y
+        block_m = _pick_block(M, 16, 128)
+        block_n = _pick_block(N, 16, 128)
+        block_k = _pick_block(K, 16, 64)
+        big = block_m * block_n >= 128 * 128
+        grid = (triton.cdiv(M, block_m) * triton.cdiv(N, block_n),)
+        linear_gelu_scale_kernel[grid](
+            x, w, b, y, M, N, K,
+            x.stride(0), x.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
+            self.scaling_factor,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=8,
+            num_warps=8 if big else 4, num_stages=3,
+        )
+        return y
+# EVOLVE-BLOCK-END

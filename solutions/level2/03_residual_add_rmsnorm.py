@@ -1,0 +1,83 @@
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+# EVOLVE-BLOCK-START
+@triton.jit
+def add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, y_ptr, n_cols, stride_x, stride_r, stride_y, eps,
+                       BLOCK: tl.constexpr, SINGLE_PASS: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * stride_x
+    r_row = r_ptr + row * stride_r
+    y_row = y_ptr + row * stride_y
+    cols = tl.arange(0, BLOCK)
+    if SINGLE_PASS:
+        mask = cols < n_cols
+        h = (tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+             + tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32))
+        rstd = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / n_cols + eps)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, (h * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + cols
+            mask = offs < n_cols
+            h = (tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+                 + tl.load(r_row + offs, mask=mask, other=0.0).to(tl.float32))
+            acc += h * h
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, axis=0) / n_cols + eps)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + cols
+            mask = offs < n_cols
+            h = (tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+                 + tl.load(r_row + offs, mask=mask, other=0.0).to(tl.float32))
+            w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_row + offs, (h * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# Widest row (in elements) kept entirely in registers by one program.
+MAX_SINGLE_BLOCK = 8192
+LOOP_BLOCK = 4096
+
+
+def _num_warps(block):
+    if block <= 1024:
+        return 4
+    if block <= 4096:
+        return 8
+    return 16
+
+
+class ModelNew(nn.Module):
+    """Residual add fused into RMSNorm: the sum h never goes to memory."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super(ModelNew, self).__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.randn(hidden_size))
+
+    def forward(self, x, residual):
+        x = x.contiguous()
+        residual = residual.contiguous()
+        y = torch.empty_like(x)
+        n_cols = x.shape[-1]
+        n_rows = x.numel() // n_cols if n_cols > 0 else 0
+        if n_rows == 0:
+            return y
+        x2 = x.view(n_rows, n_cols)
+        r2 = residual.view(n_rows, n_cols)
+        y2 = y.view(n_rows, n_cols)
+        block = triton.next_power_of_2(n_cols)
+        single = block <= MAX_SINGLE_BLOCK
+        if not single:
+            block = LOOP_BLOCK
+        add_rmsnorm_kernel[(n_rows,)](
+            x2, r2, self.weight.contiguous(), y2, n_cols,
+            x2.stride(0), r2.stride(0), y2.stride(0), self.eps,
+            BLOCK=block, SINGLE_PASS=single, num_warps=_num_warps(block),
+        )
+        return y
+# EVOLVE-BLOCK-END

@@ -1,0 +1,47 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Simple model that performs a LogSoftmax activation over the last dimension."""
+
+    def __init__(self, dim: int = 1):
+        super(Model, self).__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """
+        Applies LogSoftmax activation to the input tensor.
+
+        Args:
+            x (torch.Tensor): Input tensor of shape (batch_size, dim).
+
+        Returns:
+            torch.Tensor: Output tensor with LogSoftmax applied, same shape as input.
+        """
+        return torch.log_softmax(x, dim=self.dim)
+
+
+batch_size = 4096
+dim = 16384
+
+
+def get_inputs():
+    x = torch.randn(batch_size, dim)
+    return [x]
+
+
+def get_init_inputs():
+    return [1]
+
+
+# kernelsmith extensions
+CPU_OVERRIDES = {"batch_size": 8, "dim": 300}
+
+
+def get_test_inputs():
+    return [
+        [torch.randn(batch_size + 1, dim - 9)],        # ragged rows and columns
+        [torch.randn(batch_size, dim) * 40.0 - 300.0], # large negative logits
+        [torch.randn(2, 30 * dim + 13)],               # very wide rows (> one block)
+    ]
