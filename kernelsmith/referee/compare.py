@@ -58,7 +58,8 @@ def compare_outputs(
                                   f"{_where(r, k)}: got {o.reshape(-1)[k].item()}, expected {r.reshape(-1)[k].item()}",
                                   "mismatch")
             continue
-        o64, r64 = o.double(), r.double()
+        hp = torch.float64 if r.dtype == torch.float64 else torch.float32  # fp32 holds fp16/bf16 errors exactly
+        o64, r64 = o.to(hp), r.to(hp)
         finite = torch.isfinite(r64)
         bad_nonfinite = (~torch.isfinite(o64) & finite) | (torch.isnan(r64) & ~torch.isnan(o64))
         bad_nonfinite |= torch.isinf(r64) & (o64 != r64)

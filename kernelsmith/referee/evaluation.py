@@ -43,6 +43,7 @@ class EvalOptions:
     keep_dir: bool = False  # keep the children's work dirs (for debugging)
     implausible_margin: float = 0.8  # flag cand_ms below this fraction of the memory-bandwidth floor
     max_hidden_work_ms: float = 0.1
+    require_kernel: bool = True  # False only for A/A benchmarks, where the candidate is the reference's code
 
     def validate(self) -> None:
         if self.device not in DEVICES:
@@ -70,12 +71,12 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def _job(role: str, task: Task, opts: EvalOptions, seeds: dict[str, Any]) -> dict[str, Any]:
     return {"role": role, "device": opts.device, "policy": opts.policy, "poison": opts.poison,
             "test_inputs": opts.test_inputs and task.has_test_inputs, "tolerance": opts.tolerance,
-            "timing": opts.timing, **seeds}
+            "timing": opts.timing, "require_kernel": opts.require_kernel, **seeds}
 
 
 def _prepare(root: Path, name: str, job: dict[str, Any], task: Task, candidate: Candidate | None) -> Path:
     d = root / name
-    d.mkdir()
+    d.mkdir(mode=0o700)  # the reference's dir stays closed to a candidate running as another user
     (d / "task.py").write_text(task.source)
     if candidate is not None:
         (d / "candidate.py").write_text(candidate.source)
@@ -153,9 +154,8 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
     try:
         ref_dir = _prepare(root, "reference", _job("reference", task, opts, seeds), task, None)
         cand_dir = _prepare(root, "candidate", _job("candidate", task, opts, seeds), task, candidate)
-        ref_child = Child.start(ref_dir, opts.device, opts.limits)
+        ref_child = Child.start(ref_dir, opts.device, opts.limits, untrusted=False)
         cand_child = Child.start(cand_dir, opts.device, opts.limits)
-        judge.v.timing["sandbox"] = cand_child.sandbox
         return _run(task, opts, judge, ref_child, cand_child, ref_dir, cand_dir, deadline)
     finally:
         for child in (ref_child, cand_child):
@@ -193,6 +193,7 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
         status, msg = _failure(outcome, _read_json(cand_dir / "error.json"), "candidate")
         return judge.end(status, msg, cand_child.log())
     v.ops, v.kernels = phase1.get("ops", {}), phase1.get("kernels", {})
+    v.sandbox = phase1.get("sandbox", {})
     for f in phase1.get("findings", []):
         judge.finding(**{k: (Severity(x) if k == "severity" else x) for k, x in f.items()})
     if any(g.severity is Severity.REJECT for g in v.guards):

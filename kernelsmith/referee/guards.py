@@ -50,17 +50,16 @@ class LaunchRecorder:
         except ImportError:  # pragma: no cover - older Triton
             pass
         for cls in classes:
-            original = cls.run
-            recorder = self
 
-            def run(fn_self: Any, *args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            def run(fn_self: Any, *args: Any, _original: Callable[..., Any] = cls.run,
+                    _recorder: LaunchRecorder = self, **kwargs: Any) -> Any:
                 if kwargs.get("warmup"):
                     return _original(fn_self, *args, **kwargs)
-                recorder._enter(fn_self)
+                _recorder._enter(fn_self)
                 try:
                     return _original(fn_self, *args, **kwargs)
                 finally:
-                    recorder.depth -= 1
+                    _recorder.depth -= 1
 
             cls.run = run
             self.wrappers[cls] = run
@@ -217,7 +216,8 @@ def check_output(out: Any, device: str) -> tuple[list[torch.Tensor] | None, str]
 class GuardSession:
     """All guards for one candidate process. `watch()` wraps each forward call that is judged."""
 
-    def __init__(self, candidate_file: str, device: str, policy: str):
+    def __init__(self, candidate_file: str, device: str, policy: str, require_kernel: bool = True):
+        self.require_kernel = require_kernel
         self.device = device
         self.policy = policy
         self.launches = LaunchRecorder(candidate_file)
@@ -274,7 +274,7 @@ class GuardSession:
         from kernelsmith.referee.policy import disallowed_ops
 
         self.check_tamper()
-        if not self.launches.kernels:
+        if self.require_kernel and not self.launches.kernels:
             foreign = f" (only foreign kernels: {dict(self.launches.foreign)})" if self.launches.foreign else ""
             self.add("no_triton_kernel", f"forward launched no Triton kernel defined in the candidate{foreign}")
         bad = disallowed_ops(self.ops.ops, self.policy)

@@ -103,13 +103,18 @@ def can_drop_to_nobody() -> bool:
     return all(_world_accessible(p) for p in needed)
 
 
-def _preexec(limits: Limits, isolate_net: bool) -> None:
+def _preexec(limits: Limits, isolate_net: bool, drop: bool) -> None:
+    """In the child before exec: limits, a private network namespace (needs root), then the user drop."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     fsize = limits.file_mb << 20
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     if isolate_net:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.unshare(CLONE_NEWNET)  # best effort: without the privilege the child keeps the host network
+    if drop:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
 
 
 @dataclass
@@ -131,28 +136,26 @@ class Child:
     limits: Limits
     started: float = field(default_factory=time.monotonic)
     peak_rss_mb: float = 0.0
-    sandbox: dict = field(default_factory=dict)
 
     @classmethod
-    def start(cls, work_dir: Path, device: str, limits: Limits) -> Child:
+    def start(cls, work_dir: Path, device: str, limits: Limits, untrusted: bool = True) -> Child:
+        """Start a worker in `work_dir`; `untrusted` (candidate code) drops to `nobody` where possible."""
         env = child_env(work_dir, device)
         log = open(work_dir / "log.txt", "ab")
         root = os.geteuid() == 0
-        drop = can_drop_to_nobody()
-        kwargs: dict = {}
+        drop = untrusted and can_drop_to_nobody()
         if drop:
+            os.chmod(work_dir.parent, 0o711)  # traversable to reach its own dir, not listable
             for p in [work_dir, *work_dir.rglob("*")]:
                 os.chown(p, NOBODY, NOBODY)
-            kwargs.update(user=NOBODY, group=NOBODY, extra_groups=[])
         proc = subprocess.Popen(
             [sys.executable, "-m", "kernelsmith.referee.worker", str(work_dir)],
             cwd=work_dir, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
-            preexec_fn=lambda: _preexec(limits, isolate_net=root), **kwargs,
+            preexec_fn=lambda: _preexec(limits, isolate_net=root, drop=drop),
         )
         log.close()
-        return cls(proc, work_dir, limits,
-                   sandbox={"user": "nobody" if drop else str(os.geteuid()), "network": "isolated" if root else "host"})
+        return cls(proc, work_dir, limits)
 
     def rss_mb(self) -> float:
         try:

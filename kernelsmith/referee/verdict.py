@@ -59,6 +59,7 @@ class Verdict:
     ops: dict[str, int] = field(default_factory=dict)  # torch operators executed by forward, by count
     kernels: dict[str, int] = field(default_factory=dict)  # Triton kernels launched by forward, by count
     timing: dict[str, Any] = field(default_factory=dict)  # method, repetitions, spread
+    sandbox: dict[str, Any] = field(default_factory=dict)  # what the candidate's child ran as: uid, network
     elapsed_s: float = 0.0
 
     @property

@@ -181,6 +181,17 @@ def _device_name(device: str) -> str:
     return "cpu (Triton interpreter)"
 
 
+def _observed_sandbox() -> dict[str, Any]:
+    """What the child actually got: its user, network interfaces, and whether secrets reached its env."""
+    try:
+        with open("/proc/self/net/dev") as fh:
+            interfaces = [line.split(":")[0].strip() for line in fh.readlines()[2:]]
+    except OSError:
+        interfaces = []
+    return {"uid": os.getuid(), "network": "isolated" if interfaces in ([], ["lo"]) else "host",
+            "interfaces": interfaces}
+
+
 def _poison(sizes: list[int], byte: int, device: str) -> None:
     """Fill soon-to-be-reused allocator blocks with garbage so reads of unwritten output memory show."""
     import torch
@@ -220,7 +231,7 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
 
     device = job["device"]
     cand_path = job_dir / "candidate.py"
-    guards = GuardSession(str(cand_path), device, job["policy"])
+    guards = GuardSession(str(cand_path), device, job["policy"], job.get("require_kernel", True))
     task = _load_task(job, job_dir)
     cases = Cases(task, job)
     out_dir = job_dir / "out"
@@ -247,7 +258,8 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
         stage = Stage.INIT
         model = _build(module, "ModelNew", task, job["init_seed"], device)
         stage = Stage.FORWARD
-        phase1: dict[str, Any] = {"cases": {}, "versions": _versions(), "device": _device_name(device)}
+        phase1: dict[str, Any] = {"cases": {}, "versions": _versions(), "device": _device_name(device),
+                                  "sandbox": _observed_sandbox()}
         out_sizes: list[int] = []
         runs = [(cases.names[0], POISON_A), (cases.names[0] + "_repeat", POISON_B)]
         runs += [(n, POISON_A) for n in cases.names[1:]]
@@ -288,6 +300,7 @@ def _time(job: dict[str, Any], job_dir: Path, task: Any, model: Any, cases: Case
           compare_outputs: Any) -> None:
     import torch
 
+    from kernelsmith.referee.guards import check_output
     from kernelsmith.referee.timing import TimingOptions, measure_bandwidth, time_pair
 
     reference = _build(task, "Model", task, job["init_seed"], "cuda")

@@ -1,0 +1,19 @@
+"""Cheat (strict) / allowed (lenient, KernelBench's rule): a useless Triton kernel, the answer from torch."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def decoy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        scratch = torch.empty_like(x)
+        decoy_kernel[(triton.cdiv(x.numel(), 1024),)](x, scratch, x.numel(), BLOCK=1024)
+        return torch.relu(x)

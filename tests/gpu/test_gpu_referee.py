@@ -1,0 +1,125 @@
+"""GPU-only referee checks (skipped without CUDA): run on the device with `pytest tests/gpu`."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelsmith.referee.evaluation import EvalOptions, evaluate
+from kernelsmith.referee.verdict import Status
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+TASK = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+n = 16 * 1024 * 1024
+
+def get_inputs():
+    return [torch.randn(n)]
+
+def get_init_inputs():
+    return []
+"""
+
+KERNEL = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, SCALE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(y_ptr + offs * SCALE, tl.maximum(x, 0.0), mask=m)
+
+def relu(x, scale=1):
+    y = torch.empty_like(x)
+    relu_kernel[(triton.cdiv(x.numel(), 4096),)](x, y, x.numel(), SCALE=scale, BLOCK=4096, num_warps=8)
+    return y
+"""
+
+HONEST = KERNEL + """
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu(x)
+"""
+
+SIDE_STREAM = KERNEL + """
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.side = torch.cuda.Stream()
+    def forward(self, x):
+        y = torch.empty_like(x)
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            for _ in range(20):
+                y = relu(x)
+        return y
+"""
+
+POINTER_CACHE = KERNEL + """
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = {}
+    def forward(self, x):
+        key = (x.data_ptr(), x.shape)
+        if key not in self.cache:
+            self.cache[key] = relu(x)
+        return self.cache[key]
+"""
+
+ILLEGAL = KERNEL + """
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu(x, scale=1 << 20)
+"""
+
+
+def _eval(tmp_path: Path, name: str, source: str) -> object:
+    task = tmp_path / "task.py"
+    task.write_text(TASK)
+    cand = tmp_path / f"{name}.py"
+    cand.write_text(textwrap.dedent(source))
+    return evaluate(task, cand, EvalOptions(device="cuda", timeout_s=180, timing={"budget_s": 0.5}))
+
+
+def test_honest_kernel_is_timed(tmp_path: Path) -> None:
+    v = _eval(tmp_path, "honest", HONEST)
+    assert v.status is Status.CORRECT, (v.error, v.log)
+    assert v.speedup is not None and v.speedup_ci[0] <= v.speedup <= v.speedup_ci[1]
+    assert v.ref_ms > 0.01 and v.cand_ms > 0.01
+    assert v.kernels == {"relu_kernel": 6}
+    print("honest", v.to_dict())
+
+
+def test_side_stream_work_is_rejected(tmp_path: Path) -> None:
+    v = _eval(tmp_path, "side", SIDE_STREAM)
+    assert v.status in (Status.REJECTED, Status.INCORRECT), v.to_dict()
+    assert v.finding("hidden_stream_work") or v.finding("implausible_speedup"), v.to_dict()
+
+
+def test_pointer_cache_is_caught(tmp_path: Path) -> None:
+    v = _eval(tmp_path, "cache", POINTER_CACHE)
+    assert v.status is Status.INCORRECT, v.to_dict()
+    assert v.finding("cached_result") or v.finding("output_mismatch"), v.to_dict()
+
+
+def test_illegal_memory_access_crashes_and_next_eval_is_clean(tmp_path: Path) -> None:
+    v = _eval(tmp_path, "illegal", ILLEGAL)
+    assert v.status is Status.CRASHED, v.to_dict()
+    assert "illegal" in (v.error + v.log).lower()
+    again = _eval(tmp_path, "honest2", HONEST)
+    assert again.status is Status.CORRECT, again.error
