@@ -15,8 +15,8 @@ def load(path, name, src=None):
 
 def cuda(xs): return [x.cuda() if torch.is_tensor(x) else x for x in xs]
 def rel_err(o, r):
-    o, r = o.double(), r.double(); s = r.abs().max().item()
-    return (o - r).abs().max().item() / s, ((o - r).abs() <= TOL[r.dtype] * (s + r.abs())).all().item()
+    tol = TOL[r.dtype]; o, r = o.double(), r.double(); s = r.abs().max().item()
+    return (o - r).abs().max().item() / s, ((o - r).abs() <= tol * (s + r.abs())).all().item()
 TOL = {torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 def check(rel, variant=None):

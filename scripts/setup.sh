@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: a virtual environment in .venv with kernelsmith and its dependencies.
+# torch 2.13.0 (CPU build) comes from the local wheel cache where one exists; any torch>=2.4 works.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# Pin the torch build first so nothing pulls a multi-GB CUDA wheel on a CPU machine.
+.venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q torch
+.venv/bin/python -m pip install -q -e ".[dev]"
+.venv/bin/python -c "import kernelsmith, torch, triton; print('kernelsmith', kernelsmith.__version__, '| torch', torch.__version__, '| triton', triton.__version__)"

@@ -1,0 +1,8 @@
+"""Fault: forward never returns."""
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        while True:
+            pass
