@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import threading
 import time
 from collections import Counter
@@ -216,7 +217,8 @@ def check_output(out: Any, device: str) -> tuple[list[torch.Tensor] | None, str]
 class GuardSession:
     """All guards for one candidate process. `watch()` wraps each forward call that is judged."""
 
-    def __init__(self, candidate_file: str, device: str, policy: str, require_kernel: bool = True):
+    def __init__(self, candidate_file: str, device: str, policy: str, require_kernel: bool = True,
+                 watch: list[tuple[str, Any, str]] | None = None):
         self.require_kernel = require_kernel
         self.device = device
         self.policy = policy
@@ -224,10 +226,15 @@ class GuardSession:
         self.launches.install()
         self.ops = OpRecorder(self.launches, device)
         self.concurrency = ConcurrencyWatch()
+        self.concurrency.active = True  # from before the candidate's import on: threads started at import count
+        self.baseline_threads, self.baseline_children = self.concurrency.snapshot()
         self.compile_calls: list[str] = []
         self._block_compile()
         self.tamper = TamperCheck(
-            [("threading.Thread", threading.Thread, "start"), ("torch", torch, "compile")]
+            [("threading.Thread", threading.Thread, "start"), ("torch", torch, "compile"),
+             ("guards", sys.modules[__name__], "check_output"), ("guards.GuardSession", GuardSession, "judge"),
+             ("guards.GuardSession", GuardSession, "watch"), ("guards.GuardSession", GuardSession, "add"),
+             *(watch or [])]
         )
         self.findings: dict[str, Finding] = {}
 
@@ -245,19 +252,21 @@ class GuardSession:
 
     @contextmanager
     def watch(self) -> Any:
-        threads_before, children_before = self.concurrency.snapshot()
-        self.launches.active = self.ops.active = self.concurrency.active = True
+        self.launches.active = self.ops.active = True
         try:
             with self.ops:
                 yield
+                stack = _get_current_dispatch_mode_stack()
+                if not stack or stack[-1] is not self.ops:
+                    self.add("tampering", "forward removed or replaced the referee's dispatch mode")
         finally:
-            self.launches.active = self.ops.active = self.concurrency.active = False
+            self.launches.active = self.ops.active = False
             threads_after, children_after = self.concurrency.snapshot()
-            extra_threads = threads_after - threads_before
+            extra_threads = threads_after - self.baseline_threads
             if extra_threads:
-                self.concurrency.events.append(f"{len(extra_threads)} thread(s) still running after forward")
-            if children_after - children_before:
-                self.concurrency.events.append("child process(es) still running after forward")
+                self.concurrency.events.append(f"{len(extra_threads)} extra thread(s) alive after forward")
+            if children_after - self.baseline_children:
+                self.concurrency.events.append("child process(es) alive after forward")
             if _get_current_dispatch_mode_stack():
                 self.add("tampering", "the referee's dispatch mode was left on the stack or replaced")
 
@@ -284,7 +293,7 @@ class GuardSession:
         if self.policy == "strict" and self.ops.host_transfers:
             self.add("host_transfer", f"forward copied data between device and host {self.ops.host_transfers}×")
         if self.concurrency.events:
-            self.add("extra_thread", "forward started concurrent work: " + "; ".join(self.concurrency.events[:5]))
+            self.add("extra_thread", "candidate started concurrent work: " + "; ".join(self.concurrency.events[:5]))
         if self.compile_calls:
             self.add(
                 "torch_compile",

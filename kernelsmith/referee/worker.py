@@ -231,7 +231,9 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
 
     device = job["device"]
     cand_path = job_dir / "candidate.py"
-    guards = GuardSession(str(cand_path), device, job["policy"], job.get("require_kernel", True))
+    me = sys.modules[__name__]
+    watch = [("worker", me, name) for name in ("_digest", "_save", "_poison", "_write_json", "_time", "Cases")]
+    guards = GuardSession(str(cand_path), device, job["policy"], job.get("require_kernel", True), watch)
     task = _load_task(job, job_dir)
     cases = Cases(task, job)
     out_dir = job_dir / "out"
