@@ -113,30 +113,35 @@ def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
 class ConcurrencyWatch:
     """Notices threads and processes started by candidate code (Python threads, fork, subprocess)."""
 
-    def __init__(self) -> None:
+    def __init__(self, launches: LaunchRecorder) -> None:
         self.events: list[str] = []
         self.active = False
+        self.launches = launches
         self._thread_start = threading.Thread.start
         watch = self
 
         def start(thread: threading.Thread, _orig: Callable[..., Any] = self._thread_start) -> None:
-            if watch.active:
+            if watch.counts():
                 watch.events.append(f"thread {thread.name!r} started")
             return _orig(thread)
 
         threading.Thread.start = start  # type: ignore[method-assign]
         self.start_wrapper = start
-        os.register_at_fork(before=lambda: watch.active and watch.events.append("fork()"))
+        os.register_at_fork(before=lambda: watch.counts() and watch.events.append("fork()"))
         import subprocess
 
         original_popen_init = subprocess.Popen.__init__
 
         def popen_init(popen: Any, *args: Any, _orig: Callable[..., Any] = original_popen_init, **kw: Any) -> None:
-            if watch.active:
+            if watch.counts():
                 watch.events.append(f"subprocess {args[0] if args else kw.get('args')!r}")
             _orig(popen, *args, **kw)
 
         subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
+
+    def counts(self) -> bool:
+        """Triton's own compiler starts processes (ptxas, ldconfig) inside a launch: those are not the candidate's."""
+        return self.active and self.launches.depth == 0
 
     @staticmethod
     def snapshot() -> tuple[set[int], set[str]]:
@@ -225,7 +230,7 @@ class GuardSession:
         self.launches = LaunchRecorder(candidate_file)
         self.launches.install()
         self.ops = OpRecorder(self.launches, device)
-        self.concurrency = ConcurrencyWatch()
+        self.concurrency = ConcurrencyWatch(self.launches)
         self.concurrency.active = True  # from before the candidate's import on: threads started at import count
         self.baseline_threads, self.baseline_children = self.concurrency.snapshot()
         self.compile_calls: list[str] = []

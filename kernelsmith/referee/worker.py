@@ -26,6 +26,7 @@ ROLE_CANDIDATE = "candidate"
 POISON_A, POISON_B = 0xFF, 0x7F  # NaN-filled floats, then huge finite ones
 
 CUDA_CRASH_MARKERS = (
+    "CUDA error:",  # any sticky CUDA error leaves the context unusable (out-of-memory is not one of them)
     "illegal memory access",
     "unspecified launch failure",
     "misaligned address",
@@ -95,6 +96,21 @@ def _to_device(values: list[Any], device: str) -> list[Any]:
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
 
+def _default_device(device: str) -> Any:
+    """Tensors a task creates without a device land on `device`: generating GPU-sized inputs with the CPU's
+    RNG takes seconds per set. Both roles generate the same way, so they see identical values."""
+    import torch
+
+    return torch.device(device)
+
+
+def make_inputs(task: Any, seed: int, device: str) -> list[Any]:
+    _seed_all(seed)
+    with _default_device(device):
+        inputs = list(task.get_inputs())
+    return _to_device(inputs, device)
+
+
 class Cases:
     """The input sets both roles agree on: random trials by seed, the task's hidden test inputs, a check set."""
 
@@ -106,7 +122,8 @@ class Cases:
         self.test_cases: list[list[Any]] = []
         if job.get("test_inputs") and hasattr(task, "get_test_inputs"):
             _seed_all(job["test_seed"])
-            self.test_cases = [list(c) for c in task.get_test_inputs()]
+            with _default_device(self.device):
+                self.test_cases = [list(c) for c in task.get_test_inputs()]
             self.names += [f"test{i}" for i in range(len(self.test_cases))]
         self.seeds["check"] = job["check_seed"]
 
@@ -116,8 +133,7 @@ class Cases:
 
             case = self.test_cases[int(name[4:])]
             return _to_device([c.clone() if isinstance(c, torch.Tensor) else c for c in case], self.device)
-        _seed_all(self.seeds[name])
-        return _to_device(list(self.task.get_inputs()), self.device)
+        return make_inputs(self.task, self.seeds[name], self.device)
 
 
 def _build(module: Any, cls_name: str, task: Any, seed: int, device: str) -> Any:
@@ -210,7 +226,7 @@ def _classify(exc: BaseException, stage: str, inside_launch: bool, interpreter: 
     names = {type(x).__name__ for x in chain}
     modules = {type(x).__module__ for x in chain}
     kind = "runtime"
-    if any(m in text for m in CUDA_CRASH_MARKERS):
+    if any(m in text for m in CUDA_CRASH_MARKERS) and "out of memory" not in str(exc):
         kind = "crash"
     elif stage == Stage.IMPORT and (isinstance(exc, (SyntaxError, ImportError)) or "CompilationError" in names):
         kind = "compile"
@@ -308,9 +324,8 @@ def _time(job: dict[str, Any], job_dir: Path, task: Any, model: Any, cases: Case
     reference = _build(task, "Model", task, job["init_seed"], "cuda")
     base = job["timing_seed"]
 
-    def make_inputs(i: int) -> list[Any]:
-        _seed_all(base + i)
-        return _to_device(list(task.get_inputs()), "cuda")
+    def pool_inputs(i: int) -> list[Any]:
+        return make_inputs(task, base + i, "cuda")
 
     tol = job.get("tolerance")
 
@@ -319,7 +334,7 @@ def _time(job: dict[str, Any], job_dir: Path, task: Any, model: Any, cases: Case
 
     opts = TimingOptions(**job.get("timing", {}))
     with torch.no_grad():
-        res = time_pair(reference, model, make_inputs, outputs_match, opts)
+        res = time_pair(reference, model, pool_inputs, outputs_match, opts)
         del reference
         inputs = cases.inputs("check")
         _poison([], POISON_A, "cuda")
