@@ -119,8 +119,10 @@ def main() -> None:
     args = ap.parse_args()
     env = {"date": str(date.today()), "device": torch.cuda.get_device_name(), "python": platform.python_version(),
            "torch": torch.__version__, "triton": triton.__version__}
-    results = [run_task(t, args.repeats, args.budget_s) for t in args.tasks]
-    args.out.write_text(json.dumps({"env": env, "results": results}, indent=2))
+    results = []
+    for t in args.tasks:  # written after each task, so a run cut short keeps what it measured
+        results.append(run_task(t, args.repeats, args.budget_s))
+        args.out.write_text(json.dumps({"env": env, "results": results}, indent=2))
     print(f"\n{env}\n")
     print("| task | ref ms | our method | ours: A/A speedup range (10 evals) | ours max dev | ours within ±1% "
           "| KernelBench events spread | KB A/A max dev | do_bench spread | do_bench A/A max dev |")

@@ -58,36 +58,51 @@ def compare_outputs(
                                   f"{_where(r, k)}: got {o.reshape(-1)[k].item()}, expected {r.reshape(-1)[k].item()}",
                                   "mismatch")
             continue
-        hp = torch.float64 if r.dtype == torch.float64 else torch.float32  # fp32 holds fp16/bf16 errors exactly
-        o64, r64 = o.to(hp), r.to(hp)
-        finite = torch.isfinite(r64)
-        bad_nonfinite = (~torch.isfinite(o64) & finite) | (torch.isnan(r64) & ~torch.isnan(o64))
-        bad_nonfinite |= torch.isinf(r64) & (o64 != r64)
-        if bool(bad_nonfinite.any()):
-            k = int(bad_nonfinite.reshape(-1).nonzero()[0])
-            return Comparison(False, float("inf"), float("inf"),
-                              f"output {i}: {int(bad_nonfinite.sum())} non-finite values where the reference has "
-                              f"none; first at {_where(r, k)}: got {o64.reshape(-1)[k].item()}, expected {r64.reshape(-1)[k].item()}",
-                              "nonfinite")
         tol = tolerance if tolerance is not None else DEFAULT_TOLERANCE.get(r.dtype, 1e-3)
-        rf = torch.where(finite, r64, torch.zeros_like(r64))
-        of = torch.where(finite, o64, torch.zeros_like(o64))
-        err = (of - rf).abs()
-        scale = float(rf.abs().max()) if rf.numel() else 0.0
-        scale = max(scale, torch.finfo(r.dtype).tiny)
-        limit = tol * scale + tol * rf.abs()
-        max_abs = float(err.max()) if err.numel() else 0.0
-        worst_abs = max(worst_abs, max_abs)
-        worst_rel = max(worst_rel, max_abs / scale)
-        over = err > limit
-        if bool(over.any()):
-            k = int(err.reshape(-1).argmax())
-            return Comparison(False, worst_abs, worst_rel,
-                              f"output {i}: {int(over.sum())} of {over.numel()} elements outside tolerance "
-                              f"(tol {tol:g} × scale {scale:.3g}); max |err| {max_abs:.3g} at {_where(r, k)}: "
-                              f"got {of.reshape(-1)[k].item():.6g}, expected {rf.reshape(-1)[k].item():.6g}",
-                              "mismatch")
+        hp = torch.float64 if r.dtype == torch.float64 else torch.float32  # fp32 holds fp16/bf16 errors exactly
+        o_hp, r_hp = o.to(hp), r.to(hp)
+        err = (o_hp - r_hp).abs_()
+        if bool(torch.isfinite(err).all()):
+            # Fast path (no NaN/Inf anywhere): a few passes, no per-element bookkeeping.
+            lo, hi = torch.aminmax(r_hp) if r_hp.numel() else (torch.zeros(()), torch.zeros(()))
+            scale = max(abs(float(lo)), abs(float(hi)), torch.finfo(r.dtype).tiny)
+            max_abs = float(err.max()) if err.numel() else 0.0
+            excess = err.sub_(r_hp.abs().mul_(tol))  # |err| - tol·|ref|, must stay ≤ tol·scale
+            ok = (float(excess.max()) if excess.numel() else 0.0) <= tol * scale
+            worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_abs / scale)
+            if ok:
+                continue
+            del excess
+        res = _slow_compare(i, o_hp, r_hp, r, tol)
+        if res is not None:
+            return Comparison(False, max(worst_abs, res[1]), max(worst_rel, res[2]), res[0], res[3])
     return Comparison(True, worst_abs, worst_rel)
+
+
+def _slow_compare(i: int, o64: torch.Tensor, r64: torch.Tensor, r: torch.Tensor, tol: float
+                  ) -> tuple[str, float, float, str] | None:
+    """The first failure with where it is and the two values: (reason, max_abs, max_rel, kind)."""
+    inf = float("inf")
+    finite = torch.isfinite(r64)
+    bad_nonfinite = (~torch.isfinite(o64) & finite) | (torch.isnan(r64) & ~torch.isnan(o64))
+    bad_nonfinite |= torch.isinf(r64) & (o64 != r64)
+    if bool(bad_nonfinite.any()):
+        k = int(bad_nonfinite.reshape(-1).nonzero()[0])
+        return (f"output {i}: {int(bad_nonfinite.sum())} non-finite values where the reference has none; first "
+                f"at {_where(r, k)}: got {o64.reshape(-1)[k].item()}, expected {r64.reshape(-1)[k].item()}",
+                inf, inf, "nonfinite")
+    rf = torch.where(finite, r64, torch.zeros_like(r64))
+    of = torch.where(finite, o64, torch.zeros_like(o64))
+    err = (of - rf).abs()
+    scale = max(float(rf.abs().max()) if rf.numel() else 0.0, torch.finfo(r.dtype).tiny)
+    max_abs = float(err.max()) if err.numel() else 0.0
+    over = err > tol * scale + tol * rf.abs()
+    if not bool(over.any()):
+        return None
+    k = int(err.reshape(-1).argmax())
+    return (f"output {i}: {int(over.sum())} of {over.numel()} elements outside tolerance (tol {tol:g} × scale "
+            f"{scale:.3g}); max |err| {max_abs:.3g} at {_where(r, k)}: got {of.reshape(-1)[k].item():.6g}, "
+            f"expected {rf.reshape(-1)[k].item():.6g}", max_abs, max_abs / scale, "mismatch")
 
 
 def degenerate_reason(ref: list[torch.Tensor]) -> str:
@@ -95,13 +110,16 @@ def degenerate_reason(ref: list[torch.Tensor]) -> str:
     for i, r in enumerate(ref):
         if not r.is_floating_point() or r.numel() < 2:
             continue
-        r64 = r.double()
-        r64 = r64[torch.isfinite(r64)]
-        if not r64.numel():
+        r32 = r.float()
+        if not bool(torch.isfinite(r32).all()):
+            r32 = r32[torch.isfinite(r32)]
+        if not r32.numel():
             return f"output {i} has no finite values"
-        scale = float(r64.abs().max())
+        lo, hi = torch.aminmax(r32)
+        scale = max(abs(float(lo)), abs(float(hi)))
         if scale < 1e-6:
             return f"output {i} is nearly zero everywhere (max |ref| = {scale:.3g})"
-        if float(r64.std()) < 1e-4 * scale:
-            return f"output {i} is nearly constant (std {float(r64.std()):.3g} vs max {scale:.3g})"
+        std = float(r32.std())
+        if std < 1e-4 * scale:
+            return f"output {i} is nearly constant (std {std:.3g} vs max {scale:.3g})"
     return ""

@@ -276,7 +276,8 @@ def _judge_timing(judge: _Judge, phase2: dict[str, Any], refs: dict[str, list[to
                       f"{t['hidden_work_ms']:.3f} ms per call: work on another stream or thread")
     floor_ms = ref_res["cases"]["trial0"]["bytes"] / phase2["bandwidth"] * 1e3
     v.timing["bandwidth_floor_ms"] = round(floor_ms, 6)
-    if t["method"].startswith("eager") and t["cand_ms"] < opts.implausible_margin * floor_ms:
+    cacheable = not t["method"].startswith("eager") and ref_res["cases"]["trial0"]["bytes"] < 2 * t["extra"]["l2_bytes"]
+    if not cacheable and t["cand_ms"] < opts.implausible_margin * floor_ms:
         judge.finding("implausible_speedup", f"{t['cand_ms']:.4f} ms is faster than moving its inputs and "
                       f"outputs once at {phase2['bandwidth'] / 1e9:.0f} GB/s allows ({floor_ms:.4f} ms)")
     check = cand_dir / "out" / "check.pt"

@@ -132,12 +132,14 @@ def time_pair(
     eager_ref = _eager_once(ref, flush)
     eager_cand = _eager_once(cand, flush)
     per_call = max(eager_ref, eager_cand)
-    use_graph = opts.graph == "on" or (opts.graph == "auto" and min(eager_ref, eager_cand) < opts.graph_threshold_ms)
+    # Graphs only when the *reference* is launch-bound: a candidate must not choose its own timing method.
+    use_graph = opts.graph == "on" or (opts.graph == "auto" and eager_ref < opts.graph_threshold_ms)
     if use_graph:
         result = _time_graphs(ref, cand, opts, per_call, outputs_match)
     else:
         result = _time_eager(ref, cand, flush, opts, per_call, outputs_match)
     result.hidden_work_ms = _hidden_work(cand, ref)
+    result.extra["l2_bytes"] = l2
     return result
 
 
@@ -205,10 +207,15 @@ def _time_graphs(ref: _Side, cand: _Side, opts: TimingOptions, per_call: float,
         graphs.append(g)
         outs.append(out)
     torch.cuda.synchronize()
-    for g in graphs:
-        g.replay()
-    torch.cuda.synchronize()
-    canary_failures = 0 if outputs_match(_flat(outs[1]), _flat(outs[0])) else 1
+    # Validate the graphs on contents they were not captured with: a result cached at capture time shows.
+    canary_failures = 0
+    for i in (1, 2):
+        ref.load(i)
+        cand.load(i)
+        for g in graphs:
+            g.replay()
+        torch.cuda.synchronize()
+        canary_failures += 0 if outputs_match(_flat(outs[1]), _flat(outs[0])) else 1
     reps = _reps(opts, per_call * k, overhead_ms=0.02)
     events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
               for _ in range(2)]

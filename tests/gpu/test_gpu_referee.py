@@ -107,14 +107,16 @@ def test_honest_kernel_is_timed(tmp_path: Path) -> None:
 
 def test_side_stream_work_is_rejected(tmp_path: Path) -> None:
     v = _eval(tmp_path, "side", SIDE_STREAM)
-    assert v.status in (Status.REJECTED, Status.INCORRECT), v.to_dict()
-    assert v.finding("hidden_stream_work") or v.finding("implausible_speedup"), v.to_dict()
+    if v.status is Status.CORRECT:  # then the 20 side-stream launches must have been timed, not hidden
+        assert v.speedup < 0.5, v.to_dict()
+    else:
+        assert v.finding("hidden_stream_work") or v.finding("implausible_speedup"), v.to_dict()
 
 
 def test_pointer_cache_is_caught(tmp_path: Path) -> None:
     v = _eval(tmp_path, "cache", POINTER_CACHE)
-    assert v.status is Status.INCORRECT, v.to_dict()
-    assert v.finding("cached_result") or v.finding("output_mismatch"), v.to_dict()
+    assert v.status in (Status.INCORRECT, Status.REJECTED), v.to_dict()
+    assert v.finding("cached_result") or v.finding("implausible_speedup"), v.to_dict()
 
 
 def test_illegal_memory_access_crashes_and_next_eval_is_clean(tmp_path: Path) -> None:
