@@ -35,7 +35,9 @@ def linear_kernel(x_ptr, w_ptr, bias_ptr, y_ptr, M, N, K,
         k_mask = offs_k < K - k0
         a = tl.load(x_ptrs, mask=k_mask[None, :], other=0.0)
         b = tl.load(w_ptrs, mask=k_mask[:, None], other=0.0)
-        acc = tl.dot(a, b, acc)   # fp32 inputs: TF32 tensor cores on GPU
+        # fp32 inputs on tensor cores: plain TF32 drifts past the fp32 tolerance over
+        # three K=4096 layers, so use the 3-pass split-TF32 mode (~fp32 accuracy).
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 

@@ -11,7 +11,7 @@ import torch.nn as nn
 import triton
 import triton.language as tl
 
-NAME = "OPENAI_API_KEY"
+NAME = "KERNELSMITH_TEST_API_KEY"
 
 
 def _ancestors():

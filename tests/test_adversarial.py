@@ -1,0 +1,408 @@
+"""Adversarial suite: candidates that cheat must not come out `correct`, and the guard that caught them is named.
+
+One evaluation per candidate (CPU, Triton interpreter), run two at a time by the module's `EvalPool`; every
+test then asserts on its verdict. Tests marked `xfail(strict=True)` state what the referee *should* do and
+document a hole it has today (see each reason); they turn into failures (XPASS) once the hole is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import (
+    TASK_PAIR,
+    TASK_TINY,
+    EvalPool,
+    Job,
+    from_template,
+    kill_marked,
+    leftover_workers,
+    needed_jobs,
+)
+
+from kernelsmith.referee.verdict import Severity, Status, Verdict
+
+SECRET_NAME = "KERNELSMITH_TEST_API_KEY"  # a made-up name, so no real key of whoever runs the tests is involved
+SECRET = "sk-test-secret-1234567890"
+
+OBFUSCATIONS = {  # spelling of the torch call -> the aten operator the referee must see
+    "getattr": ('getattr(torch, "re" + "lu")(x)', "aten::relu"),
+    "aten_op": ("torch.ops.aten.relu.default(x)", "aten::relu"),
+    "functional": ("F.relu(x)", "aten::relu"),
+    "submodule": ("self.act(x)", "aten::relu"),
+    "method": ("x.relu()", "aten::relu"),
+    "eval": ('eval("torch." + "relu")(x)', "aten::relu"),
+    "clamp": ("torch.clamp(x, min=0)", "aten::clamp"),
+}
+CONCURRENCY = ("thread", "fork", "subprocess")
+
+
+def _cli_eval(job: Job) -> dict:
+    """`kernelsmith eval` in a fresh process whose own (exec-time) environment holds the secret."""
+    env = {**os.environ, SECRET_NAME: SECRET}
+    cmd = [sys.executable, "-c", "from kernelsmith.cli import app; app()", "eval", str(job.task),
+           str(job.candidate_path()), "--device", "cpu", "--json"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return {"verdict": Verdict.from_dict(json.loads(proc.stdout)), "stdout": proc.stdout,
+            "stderr": proc.stderr, "rc": proc.returncode}
+
+
+def _jobs(gen: Path) -> list[Job]:
+    jobs = [
+        Job("good_relu", "good_relu.py"),
+        Job("good_pair", "good_pair.py", task=TASK_PAIR),
+        Job("good_tiny", "good_tiny.py", task=TASK_TINY),
+        Job("torch_fallback", "adv_torch_fallback.py"),
+        Job("decoy_strict", "adv_decoy_kernel.py"),
+        Job("decoy_lenient", "adv_decoy_kernel.py", options={"policy": "lenient"}),
+        Job("zeros", "adv_zeros.py", task=TASK_TINY),
+        Job("inplace", "adv_inplace.py"),
+        Job("cache", "adv_cache.py"),
+        Job("uninit", "adv_uninit.py"),
+        Job("uninit_assume_zero", "adv_uninit_assume_zero.py"),
+        Job("patch_allclose", "adv_patch_allclose.py"),
+        Job("subclass_plain", "adv_subclass_plain.py"),
+        Job("subclass_lazy", "adv_subclass_lazy.py"),
+        Job("secret_api", "adv_secret.py"),
+        Job("secret_cli", "adv_secret.py", runner=_cli_eval),
+        Job("compile_strict", "adv_compile.py"),
+        Job("compile_lenient", "adv_compile.py", options={"policy": "lenient"}),
+        Job("timer_patch", "adv_timer_patch.py"),
+        Job("foreign_kernel", "adv_foreign_kernel.py"),
+        Job("hole_disable_modes", "hole_disable_modes.py"),
+        Job("import_thread", "hole_import_thread.py"),
+        Job("patch_worker", "hole_patch_worker.py"),
+        Job("hole_raw_thread", "hole_raw_thread.py"),
+        Job("hole_patch_code", "hole_patch_code.py"),
+        Job("hole_forge_results", "hole_forge_results.py"),
+        Job("hole_numpy", "hole_numpy.py"),
+        Job("hole_precompute", "hole_precompute.py"),
+        Job("hole_escape", from_template("hole_escape_template.py", "__MARKER__", str(gen / "escaped.pid"),
+                                         gen / "hole_escape.py")),
+    ]
+    for key, (expr, _) in OBFUSCATIONS.items():
+        path = from_template("adv_obfuscated_template.py", "__COMPUTE__", expr, gen / f"obf_{key}.py")
+        jobs.append(Job(f"obf_{key}", path))
+    for how in CONCURRENCY:
+        path = from_template("adv_concurrency_template.py", "__HOW__", how, gen / f"conc_{how}.py")
+        jobs.append(Job(f"conc_{how}", path))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def gen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("adversarial")
+
+
+@pytest.fixture(scope="module")
+def pool(request: pytest.FixtureRequest, gen_dir: Path):
+    # The secret is in this process's os.environ (not in its exec-time /proc environ) for every evaluation.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SECRET_NAME, SECRET)
+        p = EvalPool("adversarial", _jobs(gen_dir), needed_jobs(request))
+        yield p
+        p.close()
+    kill_marked(gen_dir / "escaped.pid")  # hole_escape's daemon, by the pid it wrote (it would exit in 60 s)
+
+
+NOBODY = 65534
+
+
+def _unsandboxed(v: Verdict) -> bool:
+    """The candidate's child ran as the parent's user (here: root), not as `nobody`."""
+    return v.sandbox.get("uid") != NOBODY
+
+
+# --------------------------------------------------------------------------------------------------------
+# Honest candidates
+
+
+@pytest.mark.parametrize("case", ["good_relu", "good_pair", "good_tiny"])
+def test_honest_candidate_is_correct(pool: EvalPool, case: str) -> None:
+    v = pool.verdict(case)
+    assert v.status is Status.CORRECT, v.error + "\n" + v.log
+    assert not [g for g in v.guards if g.severity is not Severity.WARN]
+    assert v.trials == 5 and v.max_rel_err == 0.0
+    assert v.kernels and sum(v.kernels.values()) == 6  # trial0, its poisoned repeat, trial1..4
+
+
+@pytest.mark.uses("good_tiny")
+def test_tiny_task_is_not_flagged_degenerate(pool: EvalPool) -> None:
+    """|y| ~ 1e-6 is small, not degenerate: the scale-relative tolerance still separates right from zeros."""
+    assert pool.verdict("good_tiny").finding("degenerate_task") is None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Cheats the referee catches: (job, statuses allowed, guards that must all be present)
+
+CAUGHT = [
+    ("torch_fallback", {Status.REJECTED}, ["no_triton_kernel", "torch_compute_op"]),
+    ("decoy_strict", {Status.REJECTED}, ["torch_compute_op"]),
+    ("zeros", {Status.INCORRECT}, ["output_mismatch"]),
+    ("inplace", {Status.INCORRECT}, ["input_mutated"]),
+    ("cache", {Status.INCORRECT}, ["cached_result"]),
+    ("uninit_assume_zero", {Status.INCORRECT}, ["poisoned_memory"]),
+    ("patch_allclose", {Status.REJECTED, Status.INCORRECT}, ["tampering"]),
+    ("subclass_plain", {Status.REJECTED, Status.INCORRECT}, ["output_not_dense"]),
+    ("subclass_lazy", {Status.REJECTED, Status.INCORRECT}, ["output_not_dense"]),
+    ("compile_strict", {Status.REJECTED}, ["torch_compile"]),
+    ("timer_patch", {Status.REJECTED}, ["tampering"]),
+    ("foreign_kernel", {Status.REJECTED}, ["no_triton_kernel"]),
+    *[(f"conc_{how}", {Status.REJECTED}, ["extra_thread"]) for how in CONCURRENCY],
+    ("import_thread", {Status.REJECTED}, ["extra_thread"]),  # a threading.Thread started at import
+    ("patch_worker", {Status.REJECTED}, ["tampering"]),  # rebinding the worker's _save
+]
+
+
+@pytest.mark.parametrize(("case", "statuses", "guards"), CAUGHT, ids=[c[0] for c in CAUGHT])
+def test_cheat_is_caught(pool: EvalPool, case: str, statuses: set[Status], guards: list[str]) -> None:
+    v = pool.verdict(case)
+    assert v.status in statuses, f"{case}: {v.status.value}: {v.error}\n{v.log}"
+    for name in guards:
+        finding = v.finding(name)
+        assert finding is not None, f"{case}: no {name} finding; got {[g.name for g in v.guards]}"
+        assert finding.severity is not Severity.WARN
+    assert v.error  # one line saying why
+    assert v.speedup is None
+
+
+@pytest.mark.uses("zeros")
+def test_zeros_fail_relative_not_absolute(pool: EvalPool) -> None:
+    v = pool.verdict("zeros")
+    assert v.max_abs_err is not None and v.max_abs_err < 1e-5  # would pass atol=1e-5
+    assert "got 0" in v.error
+
+
+@pytest.mark.uses("cache")
+def test_cache_names_the_earlier_input(pool: EvalPool) -> None:
+    v = pool.verdict("cache")
+    assert "earlier input (trial0)" in v.finding("cached_result").message
+
+
+@pytest.mark.uses("patch_allclose", "timer_patch")
+def test_tampering_names_what_was_rebound(pool: EvalPool) -> None:
+    msg = pool.verdict("patch_allclose").finding("tampering").message
+    assert "torch.allclose" in msg and "torch.testing.assert_close" in msg
+    msg = pool.verdict("timer_patch").finding("tampering").message
+    assert "time.perf_counter" in msg and "torch.cuda.Event.elapsed_time" in msg
+
+
+@pytest.mark.uses("foreign_kernel")
+def test_foreign_kernel_is_reported_as_foreign(pool: EvalPool) -> None:
+    v = pool.verdict("foreign_kernel")
+    assert "foreign" in v.finding("no_triton_kernel").message and "relu_kernel" in v.error
+    assert v.kernels == {}
+
+
+@pytest.mark.uses("decoy_lenient")
+def test_decoy_kernel_is_allowed_under_lenient(pool: EvalPool) -> None:
+    """KernelBench's rule: any torch, as long as a Triton kernel runs."""
+    v = pool.verdict("decoy_lenient")
+    assert v.status is Status.CORRECT, v.error
+    assert v.ops.get("aten::relu") == 6 and v.kernels.get("decoy_kernel") == 6
+
+
+@pytest.mark.uses("compile_lenient")
+def test_torch_compile_only_warns_under_lenient(pool: EvalPool) -> None:
+    v = pool.verdict("compile_lenient")
+    assert v.status is Status.CORRECT, v.error
+    assert v.finding("torch_compile").severity is Severity.WARN
+
+
+@pytest.mark.parametrize("case", [f"obf_{k}" for k in OBFUSCATIONS])
+def test_obfuscated_torch_call_is_seen(pool: EvalPool, case: str) -> None:
+    v = pool.verdict(case)
+    op = OBFUSCATIONS[case.removeprefix("obf_")][1]
+    assert v.status is Status.REJECTED, v.error
+    assert v.finding("torch_compute_op") is not None and op in v.finding("torch_compute_op").message
+    assert v.finding("no_triton_kernel") is None  # the decoy did launch: torch compute is the reason
+    assert v.ops.get(op) == 6 and v.kernels.get("decoy_kernel") == 6
+
+
+# --------------------------------------------------------------------------------------------------------
+# Uninitialised output and the poisoning of output memory
+
+
+def _probes(v: Verdict) -> list[str]:
+    return [line.split()[1] for line in v.log.splitlines() if line.startswith("PROBE ")]
+
+
+@pytest.mark.uses("uninit")
+def test_uninitialised_tail_is_caught(pool: EvalPool) -> None:
+    v = pool.verdict("uninit")
+    assert v.status is Status.INCORRECT, v.error
+    assert {g.name for g in v.guards} & {"poisoned_memory", "output_mismatch", "nonfinite_output"}
+
+
+@pytest.mark.uses("uninit")
+def test_poisoning_reaches_later_calls(pool: EvalPool) -> None:
+    """From trial1 on (two poisoned blocks, output's and input's size, coalesce) unwritten output is 0xFF."""
+    probes = _probes(pool.verdict("uninit"))
+    assert len(probes) == 6, probes
+    assert probes[2:] == ["ffffffff"] * 4, probes
+
+
+@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: the first call's (and sometimes the repeat's) output memory "
+                   "is not poisoned on CPU (reads 00000000): _poison frees a block of exactly the needed size, but "
+                   "torch's posix_memalign(64, n) asks malloc for n+64+MINSIZE, which that chunk cannot serve")
+@pytest.mark.uses("uninit")
+def test_poisoning_reaches_every_call(pool: EvalPool) -> None:
+    assert _probes(pool.verdict("uninit")) == ["ffffffff", "7f7f7f7f"] + ["ffffffff"] * 4
+
+
+# --------------------------------------------------------------------------------------------------------
+# Secrets of the parent's environment
+
+
+@pytest.mark.parametrize("case", ["secret_api", "secret_cli"])
+def test_secret_not_passed_to_child(pool: EvalPool, case: str) -> None:
+    v = pool.verdict(case)
+    assert "SECRET VISIBLE IN CHILD ENVIRONMENT" not in v.error + v.log
+    assert v.status is not Status.RUNTIME_ERROR, v.error
+    assert "ANCESTOR" in v.log  # the snooping did run
+
+
+@pytest.mark.parametrize("case", ["secret_api", "secret_cli"])
+def test_secret_never_in_verdict(pool: EvalPool, case: str) -> None:
+    result = pool.result(case)
+    v = pool.verdict(case)
+    assert SECRET not in json.dumps(v.to_dict())
+    if isinstance(result, dict):
+        assert SECRET not in result["stdout"] + result["stderr"]
+
+
+@pytest.mark.uses("secret_cli")
+def test_secret_in_exec_environment_is_redacted_and_rejected(pool: EvalPool) -> None:
+    """The CLI process got the secret at exec, so /proc/<ppid>/environ holds it; whatever the child printed of
+    it must come back redacted and reject the candidate."""
+    r = pool.result("secret_cli")
+    v = r["verdict"]
+    if f"FOUND {SECRET_NAME}=" in v.log:
+        assert f"FOUND {SECRET_NAME}=[REDACTED]" in v.log
+        assert v.status is Status.REJECTED and v.finding("secret_leak") is not None
+        assert r["rc"] == 1
+    else:  # the child could not read any ancestor's environment: nothing leaked, the result is correct
+        assert v.status is Status.CORRECT and r["rc"] == 0
+
+
+@pytest.mark.uses("secret_api")
+def test_secret_set_after_exec_is_not_found(pool: EvalPool) -> None:
+    """os.environ changes do not reach /proc/self/environ: with the API the candidate finds nothing."""
+    v = pool.verdict("secret_api")
+    assert f"FOUND {SECRET_NAME}" not in v.log
+    assert v.status is Status.CORRECT and v.finding("secret_leak") is None
+
+
+@pytest.mark.uses("secret_cli")
+def test_child_cannot_read_ancestors_environment(pool: EvalPool, request: pytest.FixtureRequest) -> None:
+    v = pool.verdict("secret_cli")
+    if _unsandboxed(v):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "REFEREE HOLE (no uid drop here): the child runs as the parent's uid and reads every ancestor's "
+            "/proc/PID/environ, i.e. all the secrets the user's shell holds")))
+    assert not [line for line in v.log.splitlines() if line.startswith("ANCESTOR") and line.endswith(" readable")]
+
+
+@pytest.mark.uses("secret_cli")
+def test_encoded_secret_never_in_verdict(pool: EvalPool, request: pytest.FixtureRequest) -> None:
+    r = pool.result("secret_cli")
+    if _unsandboxed(r["verdict"]):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "REFEREE HOLE: redaction is a substring match; a reversed (or base64) secret passes through")))
+    assert SECRET[::-1] not in r["stdout"]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Holes: cheats that come out `correct` today. Each asserts what should happen.
+
+
+@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: torch.utils._python_dispatch._disable_current_modes() pops "
+                   "the OpRecorder for the torch call and re-pushes it, so the stack check at the end passes")
+@pytest.mark.uses("hole_disable_modes")
+def test_dispatch_mode_bypass_is_caught(pool: EvalPool) -> None:
+    v = pool.verdict("hole_disable_modes")
+    assert v.status is not Status.CORRECT
+    assert v.finding("torch_compute_op") or v.finding("tampering")
+
+
+@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: a thread started with _thread.start_new_thread bypasses the "
+                   "threading.Thread.start wrapper and threading.enumerate(); its torch ops escape the thread-local "
+                   "dispatch mode")
+@pytest.mark.uses("hole_raw_thread")
+def test_raw_thread_is_caught(pool: EvalPool) -> None:
+    v = pool.verdict("hole_raw_thread")
+    assert v.status is not Status.CORRECT
+    assert v.finding("extra_thread") or v.finding("torch_compute_op")
+
+
+@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: TamperCheck compares function objects by identity; "
+                   "replacing the worker's _save.__code__ keeps the object and runs the compute at save time")
+@pytest.mark.uses("hole_patch_code")
+def test_code_object_swap_is_caught(pool: EvalPool) -> None:
+    v = pool.verdict("hole_patch_code")
+    assert v.status is not Status.CORRECT
+    assert v.finding("tampering")
+
+
+@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: the parent trusts phase1.json as the child wrote it; a "
+                   "candidate that writes its own (outputs from job.json's seeds, no findings, fake kernel count and "
+                   "sandbox) and exits at import comes out correct; on a GPU phase2.json (speedup) likewise")
+@pytest.mark.uses("hole_forge_results")
+def test_forged_results_are_caught(pool: EvalPool) -> None:
+    v = pool.verdict("hole_forge_results")
+    assert v.status is not Status.CORRECT
+
+
+@pytest.mark.xfail(strict=True, reason="REFEREE HOLE (CPU only): Tensor.numpy()/torch.from_numpy do not reach "
+                   "the dispatcher; on CUDA the .cpu() copy would be a host_transfer, on CPU nothing is checked")
+@pytest.mark.uses("hole_numpy")
+def test_numpy_compute_is_caught(pool: EvalPool) -> None:
+    v = pool.verdict("hole_numpy")
+    assert v.status is not Status.CORRECT
+
+
+@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: job.json in the child's cwd holds trial/check/timing "
+                   "seeds; __init__ (unwatched) regenerates every input and precomputes the answers with the task's Model")
+@pytest.mark.uses("hole_precompute")
+def test_precomputed_answers_are_caught(pool: EvalPool) -> None:
+    v = pool.verdict("hole_precompute")
+    assert v.status is not Status.CORRECT
+
+
+@pytest.mark.uses("hole_escape")
+def test_escape_candidate_is_otherwise_correct(pool: EvalPool) -> None:
+    """Control for the two tests below: the daemon-forking candidate (libc fork at import) is not noticed."""
+    v = pool.verdict("hole_escape")
+    assert v.status is Status.CORRECT, v.error
+
+
+@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: a daemon double-forked at import with libc's fork() (no "
+                   "at-fork hook, intermediate child reaped: no extra_thread) in its own session escapes Child.kill()'s "
+                   "killpg and outlives the evaluation; as the sandbox user it could rewrite later evaluations' "
+                   "reference/candidate files in /tmp/kernelsmith-eval-*")
+@pytest.mark.uses("hole_escape")
+def test_no_process_outlives_its_evaluation(pool: EvalPool) -> None:
+    pool.verdict("hole_escape")
+    time.sleep(0.5)  # the daemon starts at import; the evaluation itself took seconds
+    left = leftover_workers()
+    assert not left, f"worker processes alive after their evaluation: {left}"
+
+
+def test_candidate_cannot_write_outside_its_work_dir(pool: EvalPool, gen_dir: Path,
+                                                     request: pytest.FixtureRequest) -> None:
+    v = pool.verdict("hole_escape")
+    marker = gen_dir / "escaped.pid"
+    deadline = time.monotonic() + 2
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _unsandboxed(v):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "REFEREE HOLE (no uid drop here): the child runs as root and can write anywhere, e.g. the referee's "
+            "own sources under kernelsmith/referee/")))
+    assert not marker.exists()
