@@ -19,7 +19,7 @@ EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def bad_input(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -84,7 +84,7 @@ def print_verdict(verdict, name: str) -> None:  # noqa: ANN001 - Verdict, import
     if verdict.ops:
         table.add_row("torch ops", ", ".join(f"{k}×{n}" for k, n in sorted(verdict.ops.items())))
     for g in verdict.guards:
-        table.add_row(f"guard [{g.severity.value}]", f"{g.name}: {g.message}")
+        table.add_row(f"guard ({g.severity.value})", f"{g.name}: {g.message}")
     table.add_row("device", f"{verdict.device}; " + ", ".join(f"{k} {v}" for k, v in verdict.versions.items()))
     out.print(table)
     if not verdict.correct and verdict.log:

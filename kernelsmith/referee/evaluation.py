@@ -69,9 +69,15 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _job(role: str, task: Task, opts: EvalOptions, seeds: dict[str, Any]) -> dict[str, Any]:
-    return {"role": role, "device": opts.device, "policy": opts.policy, "poison": opts.poison,
-            "test_inputs": opts.test_inputs and task.has_test_inputs, "tolerance": opts.tolerance,
-            "timing": opts.timing, "require_kernel": opts.require_kernel, **seeds}
+    """A child's job file. The candidate's holds no seeds: those reach it on stdin, when they are needed."""
+    job = {"role": role, "device": opts.device, "policy": opts.policy, "poison": opts.poison,
+           "test_inputs": opts.test_inputs and task.has_test_inputs, "tolerance": opts.tolerance,
+           "timing": opts.timing, "require_kernel": opts.require_kernel}
+    return {**job, **seeds} if role == "reference" else job
+
+
+CORRECTNESS_SEEDS = ("init_seed", "trial_seeds", "test_seed")
+TIMING_SEEDS = ("check_seed", "timing_seed")
 
 
 def _prepare(root: Path, name: str, job: dict[str, Any], task: Task, candidate: Candidate | None) -> Path:
@@ -156,7 +162,7 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
         cand_dir = _prepare(root, "candidate", _job("candidate", task, opts, seeds), task, candidate)
         ref_child = Child.start(ref_dir, opts.device, opts.limits, untrusted=False)
         cand_child = Child.start(cand_dir, opts.device, opts.limits)
-        return _run(task, opts, judge, ref_child, cand_child, ref_dir, cand_dir, deadline)
+        return _run(task, opts, judge, ref_child, cand_child, ref_dir, cand_dir, deadline, seeds)
     finally:
         for child in (ref_child, cand_child):
             if child is not None and child.proc.poll() is None:
@@ -166,7 +172,7 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
 
 
 def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_child: Child,
-         ref_dir: Path, cand_dir: Path, deadline: float) -> Verdict:
+         ref_dir: Path, cand_dir: Path, deadline: float, seeds: dict[str, Any]) -> Verdict:
     v = judge.v
     # The candidate's child starts up meanwhile but runs no candidate code until the reference's outputs
     # are loaded here and deleted from disk.
@@ -181,7 +187,7 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
     v.versions, v.device = ref_res["versions"], ref_res["device"]
     refs = {name: _load_tensors(ref_dir / "out" / f"{name}.pt") for name in ref_res["cases"]}
     shutil.rmtree(ref_dir / "out", ignore_errors=True)
-    cand_child.send("go")
+    cand_child.send("go " + json.dumps({k: seeds[k] for k in CORRECTNESS_SEEDS}))
     reason = degenerate_reason(refs["trial0"])
     if reason:
         judge.finding("degenerate_task", f"task outputs are degenerate, a trivial output may pass: {reason}",
@@ -194,6 +200,10 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
         return judge.end(status, msg, cand_child.log())
     v.ops, v.kernels = phase1.get("ops", {}), phase1.get("kernels", {})
     v.sandbox = phase1.get("sandbox", {})
+    if v.sandbox.get("uid") == 0:
+        judge.finding("unsandboxed", "the candidate ran as root (its Python is not readable by `nobody`): it "
+                      "could write files the referee trusts; run kernelsmith as a non-root user or from a "
+                      "world-readable Python", Severity.WARN)
     for f in phase1.get("findings", []):
         judge.finding(**{k: (Severity(x) if k == "severity" else x) for k, x in f.items()})
     if any(g.severity is Severity.REJECT for g in v.guards):
@@ -206,7 +216,7 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
         cand_child.finish(deadline)
         return judge.end(None, log=cand_child.log())
 
-    cand_child.send("time")
+    cand_child.send("time " + json.dumps({k: seeds[k] for k in TIMING_SEEDS}))
     outcome = cand_child.wait_for(cand_dir / "phase2.json", deadline)
     phase2 = _read_json(cand_dir / "phase2.json")
     if phase2 is None:
@@ -221,6 +231,13 @@ def _check_cases(judge: _Judge, refs: dict[str, list[torch.Tensor]], ref_res: di
                  phase1: dict[str, Any], opts: EvalOptions) -> None:
     """Compare every case the candidate ran; name the first failure by the check that caught it."""
     v = judge.v
+    if "trial0" in phase1["cases"] and "trial0_repeat" in phase1["cases"]:
+        first = _load_tensors(cand_dir / "out" / "trial0.pt")
+        repeat = compare_outputs(_load_tensors(cand_dir / "out" / "trial0_repeat.pt"), first, opts.tolerance)
+        if not repeat.ok:
+            judge.finding("poisoned_memory", "two runs on the same input disagree with differently poisoned "
+                          f"output memory (it reads memory it did not write): {repeat.reason}", Severity.FAIL)
+            return
     outs: dict[str, list[torch.Tensor]] = {}
     for run_name, info in phase1["cases"].items():
         case = run_name.removesuffix("_repeat")
@@ -235,9 +252,7 @@ def _check_cases(judge: _Judge, refs: dict[str, list[torch.Tensor]], ref_res: di
         if cmp.ok:
             v.trials += 0 if run_name.endswith("_repeat") else 1
             continue
-        if run_name.endswith("_repeat"):
-            name, what = "poisoned_memory", "with its output memory poisoned, the repeated run disagrees: it reads memory it did not write"
-        elif cmp.kind == "structure":
+        if cmp.kind == "structure":
             name, what = "output_structure", "wrong output structure"
         elif cmp.kind == "nonfinite":
             name, what = "nonfinite_output", "NaN/Inf where the reference has none"
@@ -249,12 +264,6 @@ def _check_cases(judge: _Judge, refs: dict[str, list[torch.Tensor]], ref_res: di
                 name, what = "output_mismatch", "outputs differ from the reference"
         judge.finding(name, f"{case}: {what}: {cmp.reason}", Severity.FAIL)
         return
-    first, repeat = phase1["cases"].get("trial0"), None
-    if first and "trial0_repeat" in outs:
-        repeat = compare_outputs(outs["trial0_repeat"], outs["trial0"], opts.tolerance)
-        if not repeat.ok:
-            judge.finding("poisoned_memory", "two runs on the same input disagree with differently poisoned "
-                          f"output memory: {repeat.reason}", Severity.FAIL)
 
 
 def _judge_timing(judge: _Judge, phase2: dict[str, Any], refs: dict[str, list[torch.Tensor]],

@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -38,6 +37,7 @@ class LaunchRecorder:
         self.foreign: Counter[str] = Counter()
         self.depth = 0  # > 0 while inside a launch: torch ops there belong to Triton, not to the candidate
         self.active = False
+        self.failure: BaseException | None = None
         self.wrappers: dict[type, Callable[..., Any]] = {}
 
     def install(self) -> None:
@@ -59,6 +59,9 @@ class LaunchRecorder:
                 _recorder._enter(fn_self)
                 try:
                     return _original(fn_self, *args, **kwargs)
+                except BaseException as exc:
+                    _recorder.failure = exc  # raised while building or running a kernel
+                    raise
                 finally:
                     _recorder.depth -= 1
 
@@ -110,50 +113,28 @@ def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return [a for a in flat if isinstance(a, torch.Tensor)]
 
 
-class ConcurrencyWatch:
-    """Notices threads and processes started by candidate code (Python threads, fork, subprocess)."""
+def _children() -> set[str]:
+    """Pids of this process's live children (a process the candidate left running)."""
+    children: set[str] = set()
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children") as fh:
+                children.update(fh.read().split())
+    except OSError:
+        pass
+    return children
 
-    def __init__(self, launches: LaunchRecorder) -> None:
-        self.events: list[str] = []
-        self.active = False
-        self.launches = launches
-        self._thread_start = threading.Thread.start
-        watch = self
 
-        def start(thread: threading.Thread, _orig: Callable[..., Any] = self._thread_start) -> None:
-            if watch.counts():
-                watch.events.append(f"thread {thread.name!r} started")
-            return _orig(thread)
-
-        threading.Thread.start = start  # type: ignore[method-assign]
-        self.start_wrapper = start
-        os.register_at_fork(before=lambda: watch.counts() and watch.events.append("fork()"))
-        import subprocess
-
-        original_popen_init = subprocess.Popen.__init__
-
-        def popen_init(popen: Any, *args: Any, _orig: Callable[..., Any] = original_popen_init, **kw: Any) -> None:
-            if watch.counts():
-                watch.events.append(f"subprocess {args[0] if args else kw.get('args')!r}")
-            _orig(popen, *args, **kw)
-
-        subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
-
-    def counts(self) -> bool:
-        """Triton's own compiler starts processes (ptxas, ldconfig) inside a launch: those are not the candidate's."""
-        return self.active and self.launches.depth == 0
-
-    @staticmethod
-    def snapshot() -> tuple[set[int], set[str]]:
-        threads = {t.ident or 0 for t in threading.enumerate()}
-        children: set[str] = set()
-        try:
-            for tid in os.listdir("/proc/self/task"):
-                with open(f"/proc/self/task/{tid}/children") as fh:
-                    children.update(fh.read().split())
-        except OSError:
-            pass
-        return threads, children
+# Private torch entry points that switch dispatch modes off; the referee's recorder must stay on.
+MODE_SWITCHES: list[tuple[Any, str]] = [
+    (torch.utils._python_dispatch, "_disable_current_modes"),
+    (torch.utils._python_dispatch, "_pop_mode_temporarily"),
+    (torch.utils._python_dispatch, "_pop_mode"),
+    (torch._C, "_pop_torch_dispatch_stack"),
+    (torch._C, "_unset_dispatch_mode"),
+    (torch._C, "_DisableTorchDispatch"),
+    (torch._C, "_DisablePythonDispatcher"),
+]
 
 
 # Functions and classes the referee relies on inside the child; a candidate that rebinds one is tampering.
@@ -186,10 +167,17 @@ class TamperCheck:
 
     def __init__(self, extra: list[tuple[str, Any, str]] | None = None):
         self.watched = list(WATCHED) + list(extra or [])
-        self.snapshot = [(label, obj, attr, _static(obj, attr)) for label, obj, attr in self.watched]
+        self.snapshot = [(label, obj, attr, *_identity(obj, attr)) for label, obj, attr in self.watched]
 
     def changed(self) -> list[str]:
-        return [f"{label}.{attr}" for label, obj, attr, ref in self.snapshot if _static(obj, attr) is not ref]
+        return [f"{label}.{attr}" for label, obj, attr, ref, code in self.snapshot
+                if _identity(obj, attr) != (ref, code)]
+
+
+def _identity(obj: Any, attr: str) -> tuple[Any, Any]:
+    """The stored attribute and its code object: swapping `__code__` keeps the function's identity."""
+    value = _static(obj, attr)
+    return value, getattr(value, "__code__", None)
 
 
 def _static(obj: Any, attr: str) -> Any:
@@ -223,25 +211,49 @@ class GuardSession:
     """All guards for one candidate process. `watch()` wraps each forward call that is judged."""
 
     def __init__(self, candidate_file: str, device: str, policy: str, require_kernel: bool = True,
-                 watch: list[tuple[str, Any, str]] | None = None):
+                 watch: list[tuple[str, Any, str]] | None = None, job_dir: str | None = None):
         self.require_kernel = require_kernel
         self.device = device
         self.policy = policy
         self.launches = LaunchRecorder(candidate_file)
         self.launches.install()
         self.ops = OpRecorder(self.launches, device)
-        self.concurrency = ConcurrencyWatch(self.launches)
-        self.concurrency.active = True  # from before the candidate's import on: threads started at import count
-        self.baseline_threads, self.baseline_children = self.concurrency.snapshot()
+        self.baseline_children = _children()
+        self.findings: dict[str, Finding] = {}
+        self._guard_mode_switches(candidate_file)
         self.compile_calls: list[str] = []
         self._block_compile()
         self.tamper = TamperCheck(
-            [("threading.Thread", threading.Thread, "start"), ("torch", torch, "compile"),
+            [("torch", torch, "compile"),
              ("guards", sys.modules[__name__], "check_output"), ("guards.GuardSession", GuardSession, "judge"),
              ("guards.GuardSession", GuardSession, "watch"), ("guards.GuardSession", GuardSession, "add"),
              *(watch or [])]
         )
-        self.findings: dict[str, Finding] = {}
+        from kernelsmith.referee.audit import AuditGuard
+
+        AuditGuard(candidate_file, job_dir or os.path.dirname(candidate_file),
+                   lambda: self.launches.depth > 0, self.add).install()
+
+    def _guard_mode_switches(self, candidate_file: str) -> None:
+        """Calls from candidate code to switch the dispatch recorder off are tampering, and refused."""
+        real = os.path.realpath(candidate_file)
+        for module, name in MODE_SWITCHES:
+            original = getattr(module, name, None)
+            if original is None:
+                continue
+
+            def switch(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+                f = sys._getframe(1)
+                for _ in range(3):
+                    if f is None:
+                        break
+                    if f.f_code.co_filename == real:
+                        self.add("tampering", f"candidate switched the dispatch recorder off ({_name})")
+                        raise PermissionError(f"kernelsmith referee: {_name} is not allowed in a candidate")
+                    f = f.f_back
+                return _original(*args, **kwargs)
+
+            setattr(module, name, switch)
 
     def _block_compile(self) -> None:
         """torch.compile would launch inductor's Triton kernels and hide torch compute: run eagerly instead."""
@@ -266,12 +278,8 @@ class GuardSession:
                     self.add("tampering", "forward removed or replaced the referee's dispatch mode")
         finally:
             self.launches.active = self.ops.active = False
-            threads_after, children_after = self.concurrency.snapshot()
-            extra_threads = threads_after - self.baseline_threads
-            if extra_threads:
-                self.concurrency.events.append(f"{len(extra_threads)} extra thread(s) alive after forward")
-            if children_after - self.baseline_children:
-                self.concurrency.events.append("child process(es) alive after forward")
+            if _children() - self.baseline_children:
+                self.add("extra_thread", "child process(es) alive after forward")
             if _get_current_dispatch_mode_stack():
                 self.add("tampering", "the referee's dispatch mode was left on the stack or replaced")
 
@@ -297,8 +305,6 @@ class GuardSession:
             self.add("torch_compute_op", f"policy {self.policy}: torch compute outside Triton: {listed}")
         if self.policy == "strict" and self.ops.host_transfers:
             self.add("host_transfer", f"forward copied data between device and host {self.ops.host_transfers}×")
-        if self.concurrency.events:
-            self.add("extra_thread", "candidate started concurrent work: " + "; ".join(self.concurrency.events[:5]))
         if self.compile_calls:
             self.add(
                 "torch_compile",

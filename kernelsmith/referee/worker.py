@@ -125,7 +125,8 @@ class Cases:
             with _default_device(self.device):
                 self.test_cases = [list(c) for c in task.get_test_inputs()]
             self.names += [f"test{i}" for i in range(len(self.test_cases))]
-        self.seeds["check"] = job["check_seed"]
+        if "check_seed" in job:
+            self.seeds["check"] = job["check_seed"]
 
     def inputs(self, name: str) -> list[Any]:
         if name.startswith("test"):
@@ -212,8 +213,20 @@ def _poison(sizes: list[int], byte: int, device: str) -> None:
     """Fill soon-to-be-reused allocator blocks with garbage so reads of unwritten output memory show."""
     import torch
 
-    blocks = [torch.full((n,), byte, dtype=torch.uint8, device=device) for n in sizes if n > 0]
+    # Slack: CPU tensors come from posix_memalign(64, n), which needs a chunk somewhat larger than n.
+    blocks = [torch.full((n + 4096,), byte, dtype=torch.uint8, device=device) for n in sizes if n > 0]
     del blocks
+
+
+def _in_chain(exc: BaseException, target: BaseException | None) -> bool:
+    e: BaseException | None = exc
+    for _ in range(10):
+        if e is None or target is None:
+            return False
+        if e is target:
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _classify(exc: BaseException, stage: str, inside_launch: bool, interpreter: bool) -> dict[str, Any]:
@@ -249,21 +262,25 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
     cand_path = job_dir / "candidate.py"
     me = sys.modules[__name__]
     watch = [("worker", me, name) for name in ("_digest", "_save", "_poison", "_write_json", "_time", "Cases")]
-    guards = GuardSession(str(cand_path), device, job["policy"], job.get("require_kernel", True), watch)
+    guards = GuardSession(str(cand_path), device, job["policy"], job.get("require_kernel", True), watch,
+                          str(job_dir))
     task = _load_task(job, job_dir)
-    cases = Cases(task, job)
     out_dir = job_dir / "out"
     out_dir.mkdir(exist_ok=True)
     stage = Stage.IMPORT
     if device == "cuda":
         torch.cuda.init()
     # Start-up above overlaps the reference's run; candidate code runs only once the parent has read and
-    # deleted the reference's outputs and says "go".
-    if sys.stdin.readline().strip() != "go":
+    # deleted the reference's outputs and says "go". The seeds come with it: they are in no file.
+    command, _, payload = sys.stdin.readline().strip().partition(" ")
+    if command != "go":
         return
+    job.update(json.loads(payload))
+    cases = Cases(task, job)
 
     def fail(exc: BaseException) -> None:
-        err = _classify(exc, stage, guards.launches.depth > 0, device == "cpu")
+        inside = guards.launches.depth > 0 or _in_chain(exc, guards.launches.failure)
+        err = _classify(exc, stage, inside, device == "cpu")
         _write_json(job_dir / "error.json", err)
         sys.stderr.write(err["traceback"])
         sys.stderr.flush()
@@ -305,9 +322,11 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
         _write_json(job_dir / "phase1.json", phase1)
         if device != "cuda":
             return
-        command = sys.stdin.readline().strip()
+        command, _, payload = sys.stdin.readline().strip().partition(" ")
         if command != "time":
             return
+        job.update(json.loads(payload))
+        cases.seeds["check"] = job["check_seed"]
         stage = Stage.TIMING
         _time(job, job_dir, task, model, cases, guards, compare_outputs)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a verdict
