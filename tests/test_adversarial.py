@@ -83,6 +83,8 @@ def _jobs(gen: Path) -> list[Job]:
         Job("hole_forge_results", "hole_forge_results.py"),
         Job("hole_numpy", "hole_numpy.py"),
         Job("hole_precompute", "hole_precompute.py"),
+        Job("write_outside", from_template("adv_write_outside_template.py", "__TARGET__",
+                                           str(gen / "overwritten.txt"), gen / "write_outside.py")),
         Job("hole_escape", from_template("hole_escape_template.py", "__MARKER__", str(gen / "escaped.pid"),
                                          gen / "hole_escape.py")),
     ]
@@ -157,6 +159,14 @@ CAUGHT = [
     *[(f"conc_{how}", {Status.REJECTED}, ["extra_thread"]) for how in CONCURRENCY],
     ("import_thread", {Status.REJECTED}, ["extra_thread"]),  # a threading.Thread started at import
     ("patch_worker", {Status.REJECTED}, ["tampering"]),  # rebinding the worker's _save
+    # Attacks on the referee itself, refused by the audit hook (kernelsmith/referee/audit.py):
+    ("hole_disable_modes", {Status.REJECTED}, ["tampering"]),  # _disable_current_modes() around a torch call
+    ("hole_raw_thread", {Status.REJECTED}, ["extra_thread"]),  # _thread.start_new_thread at import
+    ("hole_patch_code", {Status.REJECTED}, ["tampering"]),  # swapping the worker's _save.__code__
+    ("hole_forge_results", {Status.REJECTED}, ["referee_access"]),  # reading job.json, writing phase1.json
+    ("hole_precompute", {Status.REJECTED}, ["referee_access"]),  # seeds from job.json in __init__
+    ("hole_escape", {Status.REJECTED}, ["native_access"]),  # libc fork() through ctypes at import
+    ("write_outside", {Status.REJECTED}, ["filesystem_write"]),  # overwriting a file outside its work dir
 ]
 
 
@@ -190,7 +200,7 @@ def test_tampering_names_what_was_rebound(pool: EvalPool) -> None:
     msg = pool.verdict("patch_allclose").finding("tampering").message
     assert "torch.allclose" in msg and "torch.testing.assert_close" in msg
     msg = pool.verdict("timer_patch").finding("tampering").message
-    assert "time.perf_counter" in msg and "torch.cuda.Event.elapsed_time" in msg
+    assert "time.perf_counter" in msg or "Event.elapsed_time" in msg
 
 
 @pytest.mark.uses("foreign_kernel")
@@ -287,8 +297,9 @@ def test_secret_in_exec_environment_is_redacted_and_rejected(pool: EvalPool) -> 
         assert f"FOUND {SECRET_NAME}=[REDACTED]" in v.log
         assert v.status is Status.REJECTED and v.finding("secret_leak") is not None
         assert r["rc"] == 1
-    else:  # the child could not read any ancestor's environment: nothing leaked, the result is correct
-        assert v.status is Status.CORRECT and r["rc"] == 0
+    else:  # the read of the ancestors' environment was refused: the attempt alone rejects the candidate
+        assert v.status is Status.REJECTED and v.finding("secret_access") is not None
+        assert r["rc"] == 1
 
 
 @pytest.mark.uses("secret_api")
@@ -296,67 +307,24 @@ def test_secret_set_after_exec_is_not_found(pool: EvalPool) -> None:
     """os.environ changes do not reach /proc/self/environ: with the API the candidate finds nothing."""
     v = pool.verdict("secret_api")
     assert f"FOUND {SECRET_NAME}" not in v.log
-    assert v.status is Status.CORRECT and v.finding("secret_leak") is None
+    assert v.finding("secret_leak") is None
+    assert v.status is Status.REJECTED and v.finding("secret_access") is not None  # it tried /proc/PID/environ
 
 
 @pytest.mark.uses("secret_cli")
-def test_child_cannot_read_ancestors_environment(pool: EvalPool, request: pytest.FixtureRequest) -> None:
+def test_child_cannot_read_ancestors_environment(pool: EvalPool) -> None:
     v = pool.verdict("secret_cli")
-    if _unsandboxed(v):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "REFEREE HOLE (no uid drop here): the child runs as the parent's uid and reads every ancestor's "
-            "/proc/PID/environ, i.e. all the secrets the user's shell holds")))
     assert not [line for line in v.log.splitlines() if line.startswith("ANCESTOR") and line.endswith(" readable")]
 
 
 @pytest.mark.uses("secret_cli")
-def test_encoded_secret_never_in_verdict(pool: EvalPool, request: pytest.FixtureRequest) -> None:
+def test_encoded_secret_never_in_verdict(pool: EvalPool) -> None:
     r = pool.result("secret_cli")
-    if _unsandboxed(r["verdict"]):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "REFEREE HOLE: redaction is a substring match; a reversed (or base64) secret passes through")))
-    assert SECRET[::-1] not in r["stdout"]
+    assert SECRET[::-1] not in r["stdout"]  # the read itself is refused, so no encoding of it can leak
 
 
 # --------------------------------------------------------------------------------------------------------
 # Holes: cheats that come out `correct` today. Each asserts what should happen.
-
-
-@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: torch.utils._python_dispatch._disable_current_modes() pops "
-                   "the OpRecorder for the torch call and re-pushes it, so the stack check at the end passes")
-@pytest.mark.uses("hole_disable_modes")
-def test_dispatch_mode_bypass_is_caught(pool: EvalPool) -> None:
-    v = pool.verdict("hole_disable_modes")
-    assert v.status is not Status.CORRECT
-    assert v.finding("torch_compute_op") or v.finding("tampering")
-
-
-@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: a thread started with _thread.start_new_thread bypasses the "
-                   "threading.Thread.start wrapper and threading.enumerate(); its torch ops escape the thread-local "
-                   "dispatch mode")
-@pytest.mark.uses("hole_raw_thread")
-def test_raw_thread_is_caught(pool: EvalPool) -> None:
-    v = pool.verdict("hole_raw_thread")
-    assert v.status is not Status.CORRECT
-    assert v.finding("extra_thread") or v.finding("torch_compute_op")
-
-
-@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: TamperCheck compares function objects by identity; "
-                   "replacing the worker's _save.__code__ keeps the object and runs the compute at save time")
-@pytest.mark.uses("hole_patch_code")
-def test_code_object_swap_is_caught(pool: EvalPool) -> None:
-    v = pool.verdict("hole_patch_code")
-    assert v.status is not Status.CORRECT
-    assert v.finding("tampering")
-
-
-@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: the parent trusts phase1.json as the child wrote it; a "
-                   "candidate that writes its own (outputs from job.json's seeds, no findings, fake kernel count and "
-                   "sandbox) and exits at import comes out correct; on a GPU phase2.json (speedup) likewise")
-@pytest.mark.uses("hole_forge_results")
-def test_forged_results_are_caught(pool: EvalPool) -> None:
-    v = pool.verdict("hole_forge_results")
-    assert v.status is not Status.CORRECT
 
 
 @pytest.mark.xfail(strict=True, reason="REFEREE HOLE (CPU only): Tensor.numpy()/torch.from_numpy do not reach "
@@ -367,25 +335,6 @@ def test_numpy_compute_is_caught(pool: EvalPool) -> None:
     assert v.status is not Status.CORRECT
 
 
-@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: job.json in the child's cwd holds trial/check/timing "
-                   "seeds; __init__ (unwatched) regenerates every input and precomputes the answers with the task's Model")
-@pytest.mark.uses("hole_precompute")
-def test_precomputed_answers_are_caught(pool: EvalPool) -> None:
-    v = pool.verdict("hole_precompute")
-    assert v.status is not Status.CORRECT
-
-
-@pytest.mark.uses("hole_escape")
-def test_escape_candidate_is_otherwise_correct(pool: EvalPool) -> None:
-    """Control for the two tests below: the daemon-forking candidate (libc fork at import) is not noticed."""
-    v = pool.verdict("hole_escape")
-    assert v.status is Status.CORRECT, v.error
-
-
-@pytest.mark.xfail(strict=True, reason="REFEREE HOLE: a daemon double-forked at import with libc's fork() (no "
-                   "at-fork hook, intermediate child reaped: no extra_thread) in its own session escapes Child.kill()'s "
-                   "killpg and outlives the evaluation; as the sandbox user it could rewrite later evaluations' "
-                   "reference/candidate files in /tmp/kernelsmith-eval-*")
 @pytest.mark.uses("hole_escape")
 def test_no_process_outlives_its_evaluation(pool: EvalPool) -> None:
     pool.verdict("hole_escape")
@@ -394,15 +343,16 @@ def test_no_process_outlives_its_evaluation(pool: EvalPool) -> None:
     assert not left, f"worker processes alive after their evaluation: {left}"
 
 
-def test_candidate_cannot_write_outside_its_work_dir(pool: EvalPool, gen_dir: Path,
-                                                     request: pytest.FixtureRequest) -> None:
-    v = pool.verdict("hole_escape")
+def test_escaped_daemon_never_starts(pool: EvalPool, gen_dir: Path) -> None:
+    pool.verdict("hole_escape")
     marker = gen_dir / "escaped.pid"
     deadline = time.monotonic() + 2
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _unsandboxed(v):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "REFEREE HOLE (no uid drop here): the child runs as root and can write anywhere, e.g. the referee's "
-            "own sources under kernelsmith/referee/")))
     assert not marker.exists()
+
+
+@pytest.mark.uses("write_outside")
+def test_write_outside_work_dir_is_refused(pool: EvalPool, gen_dir: Path) -> None:
+    pool.verdict("write_outside")
+    assert not (gen_dir / "overwritten.txt").exists()

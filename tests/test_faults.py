@@ -93,10 +93,6 @@ def test_triton_build_error_message(pool: EvalPool, case: str, message: str) -> 
     assert "candidate.py" in v.log  # the traceback points into the candidate's launch
 
 
-@pytest.mark.xfail(strict=True, reason="REFEREE BUG: under the interpreter a kernel that does not build raises "
-                   "triton.runtime.errors.InterpreterError inside the launch, but fail() computes inside_launch as "
-                   "guards.launches.depth > 0 after the wrapper's finally has already decremented depth to 0, so "
-                   "_classify says 'runtime'")
 @pytest.mark.parametrize("case", ["triton_arange", "triton_undefined"])
 def test_triton_build_error_is_compile_error(pool: EvalPool, case: str) -> None:
     assert pool.verdict(case).status is Status.COMPILE_ERROR
@@ -193,8 +189,6 @@ def test_cli_bad_input_exits_2_without_traceback(tmp_path: Path, name: str) -> N
     assert squeeze(expected.split()) in squeeze(result.stderr.split()), result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="CLI BUG: rich's Console wraps the error at the terminal width (80 when not a "
-                   "tty), so a long path splits 'error: ...' over two lines; print it with soft_wrap=True")
 def test_cli_bad_input_error_is_one_line(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / "absent_task.py"
     env = {**os.environ, "COLUMNS": "80"}

@@ -2,7 +2,7 @@
 
 While candidate code is on the stack it blocks — and reports — what only a cheat needs: opening the referee's
 own job files or another process's `/proc/PID/environ|mem`, `ctypes`, reaching the referee's frames or objects
-(`sys._getframe`, `gc.get_objects`, traceback frames), swapping a function's `__code__`, patching torch's or
+(`sys._getframe`, `gc.get_objects`, traceback frames), writing files outside its temp dir, swapping a function's `__code__`, patching torch's or
 Triton's classes; and it records threads and processes the candidate starts. Triton's own work inside a
 kernel launch (ptxas, ldconfig, its cache) is not the candidate's and passes.
 """
@@ -75,11 +75,14 @@ class AuditGuard:
         if self.in_launch():
             return
         if event in PATH_EVENTS:
+            writes = _writes(event, args)
             for path in _paths(event, args):
                 why = self._protected(path)
                 if why and self._candidate_frames(0):
                     self._deny("secret_access" if why == "proc" else "referee_access",
                                f"candidate tried {event} on {path}")
+                if writes and not self._writable(path) and self._candidate_frames(0):
+                    self._deny("filesystem_write", f"candidate tried to write {path} (outside its temp dir)")
         elif event in CONCURRENCY_EVENTS:
             if self._candidate_frames(0):
                 detail = args[0] if args else ""
@@ -102,6 +105,10 @@ class AuditGuard:
                     and self._candidate_frames(1):
                 self._deny("tampering", f"candidate patched {obj.__module__}.{obj.__qualname__}.{attr}")
 
+    def _writable(self, path: str) -> bool:
+        full = os.path.realpath(path)
+        return full.startswith(self.free_dirs) or full in ("/dev/null", "/dev/shm") or full.startswith("/dev/shm/")
+
     def _protected(self, path: str) -> str:
         """'job' for the referee's files, 'proc' for another process's private /proc entries, else ''."""
         if path.startswith("/proc/"):
@@ -111,6 +118,19 @@ class AuditGuard:
         if full == self.candidate_file or full.startswith(self.free_dirs):
             return ""
         return "job" if full == self.job_dir or full.startswith(self.job_dir + os.sep) else ""
+
+
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _writes(event: str, args: tuple) -> bool:
+    """Does this event change the filesystem? (`open` for writing, or a rename/link/remove/chmod/truncate.)"""
+    if event != "open":
+        return True
+    mode, flags = (args[1] if len(args) > 1 else None), (args[2] if len(args) > 2 else 0)
+    if isinstance(mode, str):
+        return any(c in mode for c in "wax+")
+    return bool((flags or 0) & WRITE_FLAGS)
 
 
 def _paths(event: str, args: tuple) -> list[str]:

@@ -196,8 +196,7 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
     outcome = cand_child.wait_for(cand_dir / "phase1.json", deadline)
     phase1 = _read_json(cand_dir / "phase1.json")
     if phase1 is None:
-        status, msg = _failure(outcome, _read_json(cand_dir / "error.json"), "candidate")
-        return judge.end(status, msg, cand_child.log())
+        return _child_failed(judge, outcome, cand_dir, cand_child)
     v.ops, v.kernels = phase1.get("ops", {}), phase1.get("kernels", {})
     v.sandbox = phase1.get("sandbox", {})
     if v.sandbox.get("uid") == 0:
@@ -220,11 +219,22 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
     outcome = cand_child.wait_for(cand_dir / "phase2.json", deadline)
     phase2 = _read_json(cand_dir / "phase2.json")
     if phase2 is None:
-        status, msg = _failure(outcome, _read_json(cand_dir / "error.json"), "candidate")
-        return judge.end(status, msg, cand_child.log())
+        return _child_failed(judge, outcome, cand_dir, cand_child)
     cand_child.finish(deadline)
     _judge_timing(judge, phase2, refs, ref_res, cand_dir, opts)
     return judge.end(None, log=cand_child.log())
+
+
+def _child_failed(judge: _Judge, outcome: ChildOutcome | None, cand_dir: Path, child: Child) -> Verdict:
+    """The candidate's child ended without its report: a guard's refusal, an error, a crash or the deadline."""
+    err = _read_json(cand_dir / "error.json")
+    status, msg = _failure(outcome, err, "candidate")
+    findings = [Finding.from_dict(f) for f in (err or {}).get("findings", [])]
+    for f in findings:
+        judge.finding(f.name, f.message, f.severity)
+    if any(f.severity is Severity.REJECT for f in findings):
+        return judge.end(Status.REJECTED, "", child.log())
+    return judge.end(status, msg, child.log())
 
 
 def _check_cases(judge: _Judge, refs: dict[str, list[torch.Tensor]], ref_res: dict[str, Any], cand_dir: Path,

@@ -125,6 +125,15 @@ def _children() -> set[str]:
     return children
 
 
+def _on_stack(filename: str) -> bool:
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_filename == filename:
+            return True
+        f = f.f_back
+    return False
+
+
 # Private torch entry points that switch dispatch modes off; the referee's recorder must stay on.
 MODE_SWITCHES: list[tuple[Any, str]] = [
     (torch.utils._python_dispatch, "_disable_current_modes"),
@@ -219,8 +228,10 @@ class GuardSession:
         self.launches.install()
         self.ops = OpRecorder(self.launches, device)
         self.baseline_children = _children()
+        self.baseline_threads = len(sys._current_frames())
         self.findings: dict[str, Finding] = {}
         self._guard_mode_switches(candidate_file)
+        self._guard_thread_starts(candidate_file)
         self.compile_calls: list[str] = []
         self._block_compile()
         self.tamper = TamperCheck(
@@ -233,6 +244,27 @@ class GuardSession:
 
         AuditGuard(candidate_file, job_dir or os.path.dirname(candidate_file),
                    lambda: self.launches.depth > 0, self.add).install()
+
+    def _guard_thread_starts(self, candidate_file: str) -> None:
+        """Python 3.11/3.12 raise no audit event for new threads: wrap the primitives `threading` uses too."""
+        import _thread
+        import threading
+
+        real = os.path.realpath(candidate_file)
+        for module in (_thread, threading):
+            for name in ("start_new_thread", "_start_new_thread", "start_joinable_thread",
+                         "_start_joinable_thread"):
+                original = getattr(module, name, None)
+                if original is None:
+                    continue
+
+                def start(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+                    if self.launches.depth == 0 and _on_stack(real):
+                        self.add("extra_thread", f"candidate started a thread ({_name})")
+                        raise PermissionError("kernelsmith referee: candidates may not start threads")
+                    return _original(*args, **kwargs)
+
+                setattr(module, name, start)
 
     def _guard_mode_switches(self, candidate_file: str) -> None:
         """Calls from candidate code to switch the dispatch recorder off are tampering, and refused."""
@@ -280,6 +312,8 @@ class GuardSession:
             self.launches.active = self.ops.active = False
             if _children() - self.baseline_children:
                 self.add("extra_thread", "child process(es) alive after forward")
+            if len(sys._current_frames()) > self.baseline_threads:
+                self.add("extra_thread", "a Python thread besides the referee's is alive after forward")
             if _get_current_dispatch_mode_stack():
                 self.add("tampering", "the referee's dispatch mode was left on the stack or replaced")
 

@@ -281,6 +281,7 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
     def fail(exc: BaseException) -> None:
         inside = guards.launches.depth > 0 or _in_chain(exc, guards.launches.failure)
         err = _classify(exc, stage, inside, device == "cpu")
+        err["findings"] = [f.to_dict() for f in guards.findings.values()]  # a blocked cheat is a rejection
         _write_json(job_dir / "error.json", err)
         sys.stderr.write(err["traceback"])
         sys.stderr.flush()
