@@ -103,6 +103,11 @@ class _Judge:
         if not self.v.finding(name):
             self.v.guards.append(Finding(name, message, severity))
 
+    def merge(self, reported: list[dict[str, Any]]) -> None:
+        """Add findings a child reported (as `Finding.to_dict()` dicts)."""
+        for f in map(Finding.from_dict, reported):
+            self.finding(f.name, f.message, f.severity)
+
     def end(self, status: Status | None = None, error: str = "", log: str = "") -> Verdict:
         v = self.v
         if status is None:
@@ -200,11 +205,10 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
     v.ops, v.kernels = phase1.get("ops", {}), phase1.get("kernels", {})
     v.sandbox = phase1.get("sandbox", {})
     if v.sandbox.get("uid") == 0:
-        judge.finding("unsandboxed", "the candidate ran as root (its Python is not readable by `nobody`): it "
-                      "could write files the referee trusts; run kernelsmith as a non-root user or from a "
-                      "world-readable Python", Severity.WARN)
-    for f in phase1.get("findings", []):
-        judge.finding(**{k: (Severity(x) if k == "severity" else x) for k, x in f.items()})
+        judge.finding("unsandboxed", "the candidate ran as root (its Python is not readable by `nobody`): "
+                      "Python-level access to other files is refused, but native code could still reach them; "
+                      "run kernelsmith as a non-root user or from a world-readable Python", Severity.WARN)
+    judge.merge(phase1.get("findings", []))
     if any(g.severity is Severity.REJECT for g in v.guards):
         cand_child.kill()
         return judge.end(None, log=cand_child.log())
@@ -229,10 +233,8 @@ def _child_failed(judge: _Judge, outcome: ChildOutcome | None, cand_dir: Path, c
     """The candidate's child ended without its report: a guard's refusal, an error, a crash or the deadline."""
     err = _read_json(cand_dir / "error.json")
     status, msg = _failure(outcome, err, "candidate")
-    findings = [Finding.from_dict(f) for f in (err or {}).get("findings", [])]
-    for f in findings:
-        judge.finding(f.name, f.message, f.severity)
-    if any(f.severity is Severity.REJECT for f in findings):
+    judge.merge((err or {}).get("findings", []))
+    if any(g.severity is Severity.REJECT for g in judge.v.guards):
         return judge.end(Status.REJECTED, "", child.log())
     return judge.end(status, msg, child.log())
 
@@ -279,8 +281,7 @@ def _check_cases(judge: _Judge, refs: dict[str, list[torch.Tensor]], ref_res: di
 def _judge_timing(judge: _Judge, phase2: dict[str, Any], refs: dict[str, list[torch.Tensor]],
                   ref_res: dict[str, Any], cand_dir: Path, opts: EvalOptions) -> None:
     v = judge.v
-    for f in phase2.get("findings", []):
-        judge.finding(**{k: (Severity(x) if k == "severity" else x) for k, x in f.items()})
+    judge.merge(phase2.get("findings", []))
     t = phase2["timing"]
     v.ref_ms, v.cand_ms = round(t["ref_ms"], 6), round(t["cand_ms"], 6)
     v.speedup = round(t["speedup"], 4)

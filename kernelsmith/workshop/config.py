@@ -1,0 +1,104 @@
+"""Every setting of an evolution run in one validated model: a YAML file, then command-line flags on top.
+
+A bad value is a `ConfigError` naming the file and the setting. Secrets are never settings: the API key
+is read from the environment variable that `api_key_env` names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the setting."""
+
+
+class ModelConfig(BaseModel):
+    """One model of the (optionally weighted) ensemble."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    weight: float = Field(1.0, gt=0)
+    price_in_per_mtok: float = Field(0.0, ge=0)
+    price_out_per_mtok: float = Field(0.0, ge=0)
+
+
+class RunConfig(BaseModel):
+    """Defaults follow the Kernel-Smith recipe (40 rounds, temperature 0.6, top-p 0.95, full rewrites)."""
+
+    model_config = ConfigDict(extra="forbid")
+    task: Path | None = None
+    rounds: int = Field(40, ge=1)
+    population: int = Field(8, ge=1, description="children proposed per round")
+    islands: int = Field(4, ge=1)
+    migration_interval: int = Field(5, ge=1)
+    hall_of_fame: int = Field(16, ge=1)
+    inspirations: int = Field(3, ge=0)
+    failures_in_prompt: int = Field(3, ge=0)
+    models: list[ModelConfig] = Field(default_factory=list, description="empty: the offline proposer")
+    temperature: float = Field(0.6, ge=0, le=2)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(8192, ge=1)
+    request_timeout_s: float = Field(300, gt=0)
+    max_retries: int = Field(4, ge=0)
+    concurrency: int = Field(4, ge=1, description="model requests in flight")
+    eval_workers: int = Field(1, ge=1, description="evaluations in flight")
+    max_total_tokens: int | None = Field(None, ge=1)
+    max_cost_usd: float | None = Field(None, gt=0)
+    response_mode: Literal["full", "diff"] = "full"
+    device: Literal["cuda", "cpu"] = "cuda"
+    policy: Literal["strict", "lenient"] = "strict"
+    eval_timeout_s: float = Field(300, gt=0)
+    overrides: dict[str, Any] = Field(default_factory=dict, description="task constants (--set)")
+    templates_dir: Path | None = None
+    run_dir: Path = Path("runs/latest")
+    seed: int = 0
+
+    @field_validator("overrides")
+    @classmethod
+    def _names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        bad = [k for k in value if not k.isidentifier()]
+        if bad:
+            raise ValueError(f"not Python identifiers: {', '.join(bad)}")
+        return value
+
+
+def _describe(exc: ValidationError, origin: str) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown setting (known: {', '.join(sorted(RunConfig.model_fields))})"
+        lines.append(f"{origin}: setting '{where}': {msg}")
+    return "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Read `path` (YAML) if given, apply `overrides` (flags; None values are ignored), validate."""
+    data: dict[str, Any] = {}
+    origin = "command line"
+    if path is not None:
+        path = Path(path)
+        origin = str(path)
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config ({exc.__class__.__name__}: {exc})") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
+        data.update(loaded or {})
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    data.update(flags)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, origin if not flags else f"{origin} + flags")) from None
