@@ -92,5 +92,66 @@ def print_verdict(verdict, name: str) -> None:  # noqa: ANN001 - Verdict, import
         out.print(verdict.log[-3000:], markup=False, highlight=False)
 
 
+@app.command("evolve")
+def evolve_command(
+    task: Annotated[Path | None, typer.Argument(help="KernelBench-format task file")] = None,
+    rounds: Annotated[int | None, typer.Option(help="Rounds of propose → evaluate → archive (default 40)")] = None,
+    population: Annotated[int | None, typer.Option(help="Children proposed per round")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name at the OpenAI-compatible endpoint")] = None,
+    base_url: Annotated[str | None, typer.Option(help="Endpoint, e.g. http://localhost:8000/v1 (vLLM)")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key")] = "OPENAI_API_KEY",
+    run_dir: Annotated[Path | None, typer.Option(help="Where the run database and results go")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --run-dir")] = False,
+    replay: Annotated[Path | None, typer.Option(help="Rerun a recorded run from its responses, no network")] = None,
+    device: Annotated[str | None, typer.Option(help="cuda, or cpu (Triton interpreter)")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML file with any setting; flags override it")] = None,
+    seed_program: Annotated[Path | None, typer.Option(help="A first candidate to start from")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a task constant: NAME=VALUE")] = None,
+) -> None:
+    """Evolve a faster, verified Triton kernel for TASK."""
+    from kernelsmith.task import TaskError, parse_overrides
+    from kernelsmith.workshop.config import ConfigError, load_config
+    from kernelsmith.workshop.llm import LLMError
+    from kernelsmith.workshop.proposers import ProposerUnavailable
+    from kernelsmith.workshop.run import evolve
+
+    flags: dict = {"task": task, "rounds": rounds, "population": population, "device": device, "run_dir": run_dir}
+    try:
+        if model:
+            flags["models"] = [{"name": model, "base_url": base_url, "api_key_env": api_key_env}]
+        if set_:
+            flags["overrides"] = parse_overrides(set_)
+        cfg = load_config(config, flags)
+        summary = evolve(cfg, resume=resume, replay=replay, seed_program=seed_program, display=live_display)
+    except (ConfigError, TaskError, ProposerUnavailable, LLMError, ValueError) as exc:
+        raise bad_input(str(exc)) from None
+    out.print(f"[bold]best[/]: {summary['best_id']} ({summary['best_status']}, speedup {summary['best_speedup']}) "
+              f"→ {cfg.run_dir / 'best.py'}", highlight=False)
+    if summary["stopped"]:
+        out.print(f"stopped early: {summary['stopped']}", highlight=False)
+
+
+def live_display(progress):  # noqa: ANN001, ANN201 - Progress -> context manager
+    """A live panel: round k/N, best speedup, correct rate, tokens and cost, work in flight."""
+    from rich.live import Live
+
+    def render() -> Table:
+        p = progress
+        t = Table(show_header=False, box=None, pad_edge=False)
+        best = f"{p.best_speedup:.3f}×" if p.best_speedup else ("correct (cpu)" if p.best_id else "—")
+        rate = f"{p.correct}/{p.evaluated}" if p.evaluated else "—"
+        t.add_row("round", f"{p.round}/{p.rounds}")
+        t.add_row("best", f"{best} ({p.best_id or 'none yet'})")
+        t.add_row("correct", rate)
+        t.add_row("proposals", f"{p.proposed} ({p.duplicates} duplicates, {p.unusable} unusable)")
+        t.add_row("in flight", f"{p.in_flight_proposals} proposals, {p.in_flight_evaluations} evaluations")
+        t.add_row("tokens", f"{p.tokens} (${p.cost_usd:.4f})")
+        for e in p.events[-3:]:
+            t.add_row("", e)
+        return t
+
+    return Live(get_renderable=render, console=err, refresh_per_second=2, transient=False)
+
+
 def main() -> None:  # pragma: no cover
     app()

@@ -84,7 +84,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode(errors="replace")
         headers = {k.lower(): v for k, v in self.headers.items()}
-        reply = stub._next_reply()
+        reply = stub._next_reply(body)
         stub._enter(Recorded("POST", self.path, headers, body, time.monotonic(), reply))
         try:
             if reply.delay_s > 0 and stub._stopping.wait(reply.delay_s):
@@ -123,8 +123,9 @@ class _Server(ThreadingHTTPServer):
 class OpenAIStub:
     """Context manager: starts the server on enter, stops it on exit."""
 
-    def __init__(self, default: Reply | None = None) -> None:
+    def __init__(self, default: Reply | None = None, responder: Any = None) -> None:
         self.default = default or Reply.ok()
+        self.responder = responder  # optional: request body -> Reply, when the queue is empty
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -186,9 +187,12 @@ class OpenAIStub:
 
     # -- used by the handler --------------------------------------------------------------------------------
 
-    def _next_reply(self) -> Reply:
+    def _next_reply(self, body: Any = None) -> Reply:
         with self._lock:
-            return self._queue.popleft() if self._queue else self.default
+            if self._queue:
+                return self._queue.popleft()
+            responder = self.responder
+        return responder(body) if responder is not None else self.default
 
     def _enter(self, rec: Recorded) -> None:
         with self._lock:

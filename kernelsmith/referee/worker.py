@@ -247,7 +247,8 @@ def _classify(exc: BaseException, stage: str, inside_launch: bool, interpreter: 
         kind = "compile"
     elif interpreter and inside_launch:
         kind = "compile"
-    return {"stage": stage, "kind": kind, "type": type(exc).__name__, "message": str(exc)[:2000],
+    message = str(exc).replace(os.getcwd() + os.sep, "")  # no temp-dir paths: verdicts compare across runs
+    return {"stage": stage, "kind": kind, "type": type(exc).__name__, "message": message[:2000],
             "traceback": text[-6000:], "inside_triton": inside_launch}
 
 

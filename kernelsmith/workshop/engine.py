@@ -1,0 +1,280 @@
+"""The evolution loop: rounds of propose → evaluate → archive, resumable after a crash and replayable.
+
+Determinism is what makes resume exact: child `i` of round `r` draws its parent and inspirations from a
+random stream seeded by `(seed, r, i)`, and a round's results enter the archive in child order only when
+the round is complete. A resumed run therefore rebuilds the same archive, sends the same prompts, gets the
+same responses (from the run's response cache), finds the same programs' verdicts in the store, and
+evaluates only what was in flight when it stopped. Within a round, proposals and evaluations overlap:
+each child is its own task, bounded by the model's and the evaluators' concurrency limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelsmith.candidate import Candidate
+from kernelsmith.referee.verdict import Status
+from kernelsmith.workshop.archive import Archive, Program
+from kernelsmith.workshop.config import RunConfig
+from kernelsmith.workshop.parse import ParseError, parse_response
+from kernelsmith.workshop.prompt import build_prompt, load_templates
+from kernelsmith.workshop.proposers import Proposal, Proposer
+
+
+def _order(p: Program) -> tuple[int, int]:
+    """Archive order: the seed first, then by round and child number (ids are "r{round}c{child}")."""
+    if p.id == SEED_ID:
+        return (-1, 0)
+    return (p.round, int(str(p.id).rsplit("c", 1)[-1]) if "c" in str(p.id) else 0)
+
+
+Evaluator = Callable[[Candidate], dict[str, Any]]  # candidate -> verdict dict (runs in a worker thread)
+SEED_ID = "seed"
+
+
+@dataclass
+class Progress:
+    """What the live display shows; updated by the engine, read by the CLI."""
+
+    round: int = 0
+    rounds: int = 0
+    proposed: int = 0
+    evaluated: int = 0
+    correct: int = 0
+    duplicates: int = 0
+    unusable: int = 0
+    in_flight_proposals: int = 0
+    in_flight_evaluations: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+    best_speedup: float | None = None
+    best_id: str | None = None
+    stopped: str = ""
+    events: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        self.events = (self.events + [text])[-8:]
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    program: Program
+    new: bool  # False for a duplicate of a stored program (not added to the archive twice)
+
+
+class Engine:
+    def __init__(self, config: RunConfig, store: Any, run_id: int, task_name: str, reference: str,
+                 proposer: Proposer, evaluate: Evaluator, hardware: dict[str, Any] | None = None,
+                 seed_program: Candidate | None = None, progress: Progress | None = None):
+        self.config, self.store, self.run_id = config, store, run_id
+        self.task_name, self.reference = task_name, reference
+        self.proposer, self.evaluate_sync = proposer, evaluate
+        self.hardware = hardware or {}
+        self.seed_program = seed_program
+        self.progress = progress or Progress(rounds=config.rounds)
+        self.templates = load_templates(config.templates_dir)
+        self.eval_slots = asyncio.Semaphore(config.eval_workers)
+        self.archive = self._new_archive()
+
+    def _new_archive(self) -> Archive:
+        c = self.config
+        return Archive(islands=c.islands, hall_of_fame=c.hall_of_fame, failures_kept=max(16, c.failures_in_prompt),
+                       seed=c.seed, migration_interval=c.migration_interval)
+
+    # -- resume -------------------------------------------------------------------------------------------------
+    def restore(self) -> int:
+        """Rebuild the archive from the store; return the first round still to run."""
+        done = self.store.counter(self.run_id, "rounds_done") or 0
+        kept = [p for p in self.store.archived_programs(self.run_id) if p.round < done]
+        kept.sort(key=_order)
+        for i, p in enumerate(kept):  # exactly what the uninterrupted run did: a round's adds, then migration
+            self.archive.add(p)
+            if p.round >= 0 and (i + 1 == len(kept) or kept[i + 1].round != p.round):
+                self.archive.maybe_migrate(p.round)
+        self._refresh_best()
+        return done
+
+    # -- one child ----------------------------------------------------------------------------------------------
+    async def _evaluate(self, pid: str, candidate: Candidate) -> dict[str, Any]:
+        stored = self.store.verdict_for(self.run_id, pid)
+        if stored is not None:
+            return stored
+        self.store.mark_pending(self.run_id, pid)
+        self.progress.in_flight_evaluations += 1
+        try:
+            async with self.eval_slots:
+                verdict = await asyncio.to_thread(self.evaluate_sync, candidate)
+        finally:
+            self.progress.in_flight_evaluations -= 1
+        self.store.add_verdict(self.run_id, pid, verdict)
+        self.store.clear_pending(self.run_id, pid)
+        self.progress.evaluated += 1
+        return verdict
+
+    async def _child(self, round_: int, index: int) -> ChildResult:
+        try:
+            return await self._make_child(round_, index)
+        finally:
+            if not self._parsed[index].is_set():  # failed before parsing: siblings must not wait for it
+                self._announce(index, None)
+
+    async def _make_child(self, round_: int, index: int) -> ChildResult:
+        c = self.config
+        island = index % c.islands
+        rng = random.Random(f"{c.seed}:{round_}:{index}")
+        parent = self.archive.sample_parent(island, rng)
+        inspirations = self.archive.inspirations(island, c.inspirations, rng, parent) if parent else []
+        n_top = (c.inspirations + 1) // 2
+        parent_verdict = self.store.verdict_for(self.run_id, parent.id) if parent else None
+        prompt = build_prompt(
+            task_name=self.task_name, reference=self.reference,
+            parent_code=parent.code if parent else "(none yet: write the first Triton version of the reference)",
+            parent_verdict=parent_verdict, top=inspirations[:n_top], diverse=inspirations[n_top:],
+            failures=self.archive.failures(island, c.failures_in_prompt), hardware=self.hardware,
+            round_=round_, island=island, response_mode=c.response_mode, policy=c.policy, templates=self.templates)
+        pid = f"r{round_}c{index}"
+        self.store.add_prompt(self.run_id, pid, round_, island, parent.id if parent else None, prompt.text,
+                              prompt.digest)
+        self.progress.in_flight_proposals += 1
+        try:
+            proposal: Proposal = await self.proposer.propose(prompt, pid)
+        finally:
+            self.progress.in_flight_proposals -= 1
+        self.progress.proposed += 1
+        if not proposal.cached:
+            self.progress.tokens += proposal.prompt_tokens + proposal.completion_tokens
+            self.progress.cost_usd += proposal.cost_usd
+        base = Candidate(parent.code) if parent else Candidate("")
+        try:
+            child = parse_response(proposal.text, base, c.response_mode).candidate
+        except ParseError as exc:
+            self._announce(index, None)
+            self.progress.unusable += 1
+            verdict = {"status": Status.COMPILE_ERROR.value, "error": f"unusable response: {exc}", "guards": []}
+            program = Program.from_verdict(pid, proposal.text[:4000], verdict, parent_id=parent.id if parent else None,
+                                           island=island, round=round_, digest=f"unusable:{pid}")
+            self._record(program, verdict)
+            return ChildResult(program, new=True)
+        # Duplicates, decided deterministically: an earlier round's program, or a lower-numbered sibling's.
+        self._announce(index, child.digest)
+        for j in range(index):
+            await self._parsed[j].wait()
+        twin = self.store.program_by_digest(self.run_id, child.digest)
+        earlier = twin is not None and twin.round < round_
+        if earlier or child.digest in self._digests[:index]:
+            self.progress.duplicates += 1
+            return ChildResult(twin or Program(pid, child.source, digest=child.digest), new=False)
+        if twin is None:
+            self.store.add_program(self.run_id, Program(pid, child.source, parent.id if parent else None, island,
+                                                         round_, digest=child.digest))
+        verdict = await self._evaluate(pid, child)
+        program = Program.from_verdict(pid, child.source, verdict, parent_id=parent.id if parent else None,
+                                       island=island, round=round_, digest=child.digest)
+        return ChildResult(program, new=True)
+
+    def _announce(self, index: int, digest: str | None) -> None:
+        self._digests[index] = digest
+        self._parsed[index].set()
+
+    def _record(self, program: Program, verdict: dict[str, Any]) -> None:
+        if self.store.program(self.run_id, program.id) is None:
+            self.store.add_program(self.run_id, program)
+        if self.store.verdict_for(self.run_id, program.id) is None:
+            self.store.add_verdict(self.run_id, program.id, verdict)
+
+    # -- the run ------------------------------------------------------------------------------------------------
+    async def _seed(self) -> None:
+        if self.seed_program is None or self.archive.get(SEED_ID) is not None:
+            return
+        cand = self.seed_program
+        if self.store.program_by_digest(self.run_id, cand.digest) is None:
+            self.store.add_program(self.run_id, Program(SEED_ID, cand.source, None, 0, -1, digest=cand.digest))
+        verdict = await self._evaluate(SEED_ID, cand)
+        program = Program.from_verdict(SEED_ID, cand.source, verdict, island=0, round=-1, digest=cand.digest)
+        self.archive.add(program)
+        self._refresh_best()
+
+    async def run(self) -> Progress:
+        from kernelsmith.workshop.llm import BudgetExhausted, LLMError
+        from kernelsmith.workshop.proposers import ReplayMiss
+
+        start = self.restore()
+        await self._seed()
+        c = self.config
+        for round_ in range(start, c.rounds):
+            self.progress.round = round_ + 1
+            self._parsed = [asyncio.Event() for _ in range(c.population)]
+            self._digests: list[str | None] = [None] * c.population
+            tasks = [asyncio.create_task(self._child(round_, i)) for i in range(c.population)]
+            results: list[ChildResult | BaseException] = await asyncio.gather(*tasks, return_exceptions=True)
+            stop = next((r for r in results if isinstance(r, (BudgetExhausted, ReplayMiss))), None)
+            if stop is not None:  # a partial round is not archived: a resume redoes it exactly
+                self.progress.stopped = f"{type(stop).__name__}: {stop}"
+                break
+            for r in results:
+                if isinstance(r, LLMError):
+                    self.progress.unusable += 1
+                    self.progress.note(f"model error: {r}")
+                elif isinstance(r, BaseException):
+                    raise r
+                elif r.new:
+                    self.archive.add(r.program)
+                    self.progress.correct += r.program.correct
+            self.archive.maybe_migrate(round_)
+            self.store.set_counter(self.run_id, "rounds_done", round_ + 1)
+            self._refresh_best()
+            self.progress.note(f"round {round_ + 1}: best {self.progress.best_speedup}")
+        return self.progress
+
+    def _refresh_best(self) -> None:
+        best = self.archive.best()
+        if best is not None:
+            self.progress.best_speedup, self.progress.best_id = best.speedup, best.id
+
+    # -- what the user gets -------------------------------------------------------------------------------------
+    def lineage(self) -> list[dict[str, Any]]:
+        """The best program and its ancestors, root first, each with its speedup and what changed."""
+        chain: list[Program] = []
+        p = self.archive.best()
+        while p is not None and len(chain) < 1000:
+            chain.append(p)
+            p = self.store.program(self.run_id, p.parent_id) if p.parent_id else None
+        chain.reverse()
+        out = []
+        for prev, cur in zip([None, *chain[:-1]], chain):
+            diff = list(difflib.unified_diff((prev.code if prev else "").splitlines(), cur.code.splitlines(),
+                                             lineterm="", n=1))
+            added = sum(1 for d in diff if d.startswith("+") and not d.startswith("+++"))
+            removed = sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))
+            out.append({"id": cur.id, "round": cur.round, "status": cur.status, "speedup": cur.speedup,
+                        "speedup_ci": cur.speedup_ci, "lines_added": added, "lines_removed": removed,
+                        "diff": "\n".join(diff[:400])})
+        return out
+
+    def write_outputs(self, run_dir: Path, elapsed_s: float) -> dict[str, Any]:
+        best = self.archive.best()
+        if best is not None:
+            (run_dir / "best.py").write_text(best.code)
+        pr = self.progress
+        summary = {
+            "task": self.task_name, "rounds_done": self.store.counter(self.run_id, "rounds_done") or 0,
+            "rounds": self.config.rounds, "best_id": best.id if best else None,
+            "best_status": best.status if best else None, "best_speedup": best.speedup if best else None,
+            "best_speedup_ci": list(best.speedup_ci) if best and best.speedup_ci else None,
+            "programs": len(self.archive), "evaluated": pr.evaluated, "correct_in_archive": sum(
+                1 for p in self.archive.hall_of_fame() if p.correct),
+            "duplicates": pr.duplicates, "unusable_responses": pr.unusable, "tokens": pr.tokens,
+            "cost_usd": round(pr.cost_usd, 6), "stopped": pr.stopped, "elapsed_s": round(elapsed_s, 1),
+            "archive_digest": self.archive.snapshot_digest(), "finished_at": time.time(),
+        }
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        (run_dir / "lineage.json").write_text(json.dumps(self.lineage(), indent=2))
+        return summary

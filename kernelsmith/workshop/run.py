@@ -1,0 +1,158 @@
+"""`kernelsmith evolve`: a run dir with its database, the engine, the live display, and the results.
+
+Layout of a run dir: `run.db` (SQLite, WAL: config, programs, verdicts, prompts, responses, counters),
+`config.yaml` (the effective settings), and at the end `best.py`, `summary.json`, `lineage.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kernelsmith.candidate import Candidate
+from kernelsmith.workshop.archive import Program
+from kernelsmith.workshop.config import ConfigError, RunConfig
+from kernelsmith.workshop.engine import Engine, Progress
+from kernelsmith.workshop.proposers import CachedProposer, Proposal, make_proposer
+from kernelsmith.workshop.store import RunStore
+
+RUN_ID = "main"  # one run per run dir
+
+
+class Ledger:
+    """The engine's view of the run database: programs by their stable names ("r3c1", "seed")."""
+
+    def __init__(self, store: RunStore):
+        self.store = store
+        self._ids: dict[str, int] = {}
+
+    def _id(self, run_id: str, name: str) -> int | None:
+        if name not in self._ids:
+            pid = self.store.program_id_by_name(run_id, name)
+            if pid is None:
+                return None
+            self._ids[name] = pid
+        return self._ids[name]
+
+    def counter(self, run_id: str, name: str) -> Any:
+        return self.store.counter(run_id, name)
+
+    def set_counter(self, run_id: str, name: str, value: Any) -> None:
+        self.store.set_counter(run_id, name, value)
+
+    def _program(self, row: dict[str, Any]) -> Program:
+        parent = self.store.program(row["parent_id"]) if row.get("parent_id") else None
+        verdict = row.get("verdict") or {"status": "compile_error", "error": "not evaluated"}
+        return Program.from_verdict(row["name"], row["code"], verdict, parent_id=parent["name"] if parent else None,
+                                    island=row["island"], round=row["round"], features=row.get("features"),
+                                    digest=row["digest"])
+
+    def archived_programs(self, run_id: str) -> list[Program]:
+        return [self._program(r) for r in self.store.programs(run_id) if r.get("verdict") is not None]
+
+    def program(self, run_id: str, name: str) -> Program | None:
+        pid = self._id(run_id, name)
+        row = self.store.program(pid) if pid is not None else None
+        return self._program(row) if row else None
+
+    def program_by_digest(self, run_id: str, digest: str) -> Program | None:
+        pid = self.store.program_id_for(run_id, digest)
+        row = self.store.program(pid) if pid is not None else None
+        return self._program(row) if row else None
+
+    def add_program(self, run_id: str, program: Program) -> None:
+        parent = self._id(run_id, program.parent_id) if program.parent_id else None
+        self._ids[program.id] = self.store.add_program(
+            run_id, program.code, digest=program.digest, parent_id=parent, island=program.island,
+            round=program.round, features=dict(program.features) or None, name=program.id)
+
+    def verdict_for(self, run_id: str, name: str) -> dict[str, Any] | None:
+        pid = self._id(run_id, name)
+        return self.store.verdict_for(pid) if pid is not None else None
+
+    def add_verdict(self, run_id: str, name: str, verdict: dict[str, Any]) -> None:
+        self.store.add_verdict(self._id(run_id, name), verdict)
+
+    def mark_pending(self, run_id: str, name: str) -> None:
+        self.store.mark_pending(self._id(run_id, name))
+
+    def clear_pending(self, run_id: str, name: str) -> None:
+        self.store.clear_pending(self._id(run_id, name))
+
+    def add_prompt(self, run_id: str, name: str, round_: int, island: int, parent: str | None, text: str,
+                   digest: str) -> None:
+        self.store.add_prompt(run_id, text, round=round_, island=island,
+                              parent_id=self._id(run_id, parent) if parent else None, hash=digest)
+
+
+def _cached(store: RunStore, inner: Any) -> CachedProposer:
+    def lookup(digest: str) -> dict[str, Any] | None:
+        hit = store.cached_response(digest)
+        return None if hit is None else {"text": hit["text"], "model": hit["model"], **(hit.get("usage") or {})}
+
+    def record(digest: str, p: Proposal) -> None:
+        store.cache_response(digest, p.model, p.text, {k: v for k, v in p.to_dict().items() if k not in ("text", "model")})
+
+    return CachedProposer(inner, lookup, record)
+
+
+def prepare_run_dir(config: RunConfig, resume: bool) -> Path:
+    run_dir = config.run_dir
+    db = run_dir / "run.db"
+    if db.exists() and not resume:
+        raise ConfigError(f"{run_dir}: a run is already here; pass --resume to continue it, or choose --run-dir")
+    if resume and not db.exists():
+        raise ConfigError(f"{run_dir}: no run to resume (no run.db)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = None, seed_program: Path | None = None,
+           display: Any = None) -> dict[str, Any]:
+    """Run (or resume, or replay) an evolution; returns the summary written to `summary.json`."""
+    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+    from kernelsmith.task import Task
+    from kernelsmith.workshop.hardware import probe_hardware
+
+    if config.task is None:
+        raise ConfigError("setting 'task': no task file given")
+    task = Task.load(config.task, config.overrides, device=config.device)
+    run_dir = prepare_run_dir(config, resume)
+    store = RunStore(run_dir / "run.db")
+    if store.run(RUN_ID) is None:
+        store.create_run(config.model_dump(mode="json"), run_id=RUN_ID)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    if replay is not None:
+        source = RunStore(Path(replay) / "run.db")
+        proposer = _cached(source, None)
+    else:
+        proposer = _cached(store, make_proposer(config))
+    opts = EvalOptions(device=config.device, policy=config.policy, timeout_s=config.eval_timeout_s)
+
+    def judge(candidate: Candidate) -> dict[str, Any]:
+        return evaluate(task, candidate, opts).to_dict()
+
+    hardware = store.counter(RUN_ID, "hardware") or probe_hardware(config.device)
+    store.set_counter(RUN_ID, "hardware", hardware)
+    seed = Candidate.from_file(seed_program) if seed_program else None
+    progress = Progress(rounds=config.rounds)
+    engine = Engine(config, Ledger(store), RUN_ID, task.name, task.original_source, proposer, judge, hardware,
+                    seed, progress)
+    started = time.monotonic()
+
+    async def main() -> None:
+        try:
+            with display(progress) if display else nullcontext():
+                await engine.run()
+        finally:
+            await proposer.aclose()
+
+    asyncio.run(main())
+    summary = engine.write_outputs(run_dir, time.monotonic() - started)
+    store.set_run_status(RUN_ID, "finished" if not progress.stopped else "stopped")
+    return summary
