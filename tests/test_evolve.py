@@ -193,3 +193,23 @@ def test_sigkill_mid_round_then_resume_matches_uninterrupted(full_run: Path, stu
     q = "select p.name, p.digest, v.status from programs p join verdicts v on v.program_id = p.id order by p.name"
     assert db_rows(run_dir, q) == db_rows(full_run, q)
     assert db_rows(run_dir, "select count(*) from pending")[0][0] == 0
+
+
+def test_token_budget_stops_the_run_cleanly(stub: OpenAIStub, tmp_path: Path) -> None:
+    run_dir = tmp_path / "budget"
+    cfg = write_config(tmp_path, stub, run_dir)
+    cfg.write_text(cfg.read_text() + "max_total_tokens: 200\n")
+    proc = subprocess.run(evolve_cmd(cfg), env=env_with_key(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "BudgetExhausted" in summary["stopped"] and summary["rounds_done"] == 1
+    assert "stopped early" in proc.stdout
+
+
+def test_no_model_says_what_to_configure(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from kernelsmith.cli import app; app()", "evolve", str(TASK), "--device", "cpu",
+         "--run-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "no model configured" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()  # nothing half-made is left behind

@@ -122,16 +122,19 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
     if config.task is None:
         raise ConfigError("setting 'task': no task file given")
     task = Task.load(config.task, config.overrides, device=config.device)
+    inner = make_proposer(config) if replay is None else None  # fails (no model, no key) before any file exists
+    recorded = Path(replay) / "run.db" if replay is not None else None
+    if recorded is not None and not recorded.exists():
+        raise ConfigError(f"{replay}: no recorded run to replay (no run.db)")
     run_dir = prepare_run_dir(config, resume)
     store = RunStore(run_dir / "run.db")
     if store.run(RUN_ID) is None:
         store.create_run(config.model_dump(mode="json"), run_id=RUN_ID)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    if replay is not None:
-        source = RunStore(Path(replay) / "run.db")
-        proposer = _cached(source, None)
+    if recorded is not None:
+        proposer = _cached(RunStore(recorded), None)
     else:
-        proposer = _cached(store, make_proposer(config))
+        proposer = _cached(store, inner)
     opts = EvalOptions(device=config.device, policy=config.policy, timeout_s=config.eval_timeout_s)
 
     def judge(candidate: Candidate) -> dict[str, Any]:
