@@ -98,6 +98,8 @@ def evolve_command(
     rounds: Annotated[int | None, typer.Option(help="Rounds of propose → evaluate → archive (default 40)")] = None,
     population: Annotated[int | None, typer.Option(help="Children proposed per round")] = None,
     model: Annotated[str | None, typer.Option(help="Model name at the OpenAI-compatible endpoint")] = None,
+    proposer: Annotated[str | None, typer.Option(
+        help="auto (model if given, else offline), llm, offline (no model: seed + tuner), mixed")] = None,
     base_url: Annotated[str | None, typer.Option(help="Endpoint, e.g. http://localhost:8000/v1 (vLLM)")] = None,
     api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key")] = "OPENAI_API_KEY",
     run_dir: Annotated[Path | None, typer.Option(help="Where the run database and results go")] = None,
@@ -115,7 +117,8 @@ def evolve_command(
     from kernelsmith.workshop.proposers import ProposerUnavailable
     from kernelsmith.workshop.run import evolve
 
-    flags: dict = {"task": task, "rounds": rounds, "population": population, "device": device, "run_dir": run_dir}
+    flags: dict = {"task": task, "rounds": rounds, "population": population, "device": device, "run_dir": run_dir,
+                   "proposer": proposer}
     try:
         if model:
             flags["models"] = [{"name": model, "base_url": base_url, "api_key_env": api_key_env}]
@@ -125,7 +128,7 @@ def evolve_command(
         summary = evolve(cfg, resume=resume, replay=replay, seed_program=seed_program, display=live_display)
     except (ConfigError, TaskError, ProposerUnavailable, LLMError, ValueError) as exc:
         raise bad_input(str(exc)) from None
-    out.print(f"[bold]best[/]: {summary['best_id']} ({summary['best_status']}, speedup {summary['best_speedup']}) "
+    out.print(f"\n[bold]best[/]: {summary['best_id']} ({summary['best_status']}, speedup {summary['best_speedup']}) "
               f"→ {cfg.run_dir / 'best.py'}", highlight=False)
     if summary["stopped"]:
         out.print(f"stopped early: {summary['stopped']}", highlight=False)

@@ -209,7 +209,7 @@ def test_token_budget_stops_the_run_cleanly(stub: OpenAIStub, tmp_path: Path) ->
 def test_no_model_says_what_to_configure(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-c", "from kernelsmith.cli import app; app()", "evolve", str(TASK), "--device", "cpu",
-         "--run-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+         "--proposer", "llm", "--run-dir", str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert "no model configured" in proc.stderr and "Traceback" not in proc.stderr
+    assert "needs a model" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "r").exists()  # nothing half-made is left behind

@@ -42,6 +42,8 @@ class RunConfig(BaseModel):
     inspirations: int = Field(3, ge=0)
     failures_in_prompt: int = Field(3, ge=0)
     models: list[ModelConfig] = Field(default_factory=list, description="empty: the offline proposer")
+    proposer: Literal["auto", "llm", "offline", "mixed"] = Field(
+        "auto", description="auto: the model when one is configured, else offline; mixed: model and tuner alternate")
     temperature: float = Field(0.6, ge=0, le=2)
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(8192, ge=1)

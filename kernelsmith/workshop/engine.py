@@ -26,7 +26,7 @@ from kernelsmith.workshop.archive import Archive, Program
 from kernelsmith.workshop.config import RunConfig
 from kernelsmith.workshop.parse import ParseError, parse_response
 from kernelsmith.workshop.prompt import build_prompt, load_templates
-from kernelsmith.workshop.proposers import Proposal, Proposer
+from kernelsmith.workshop.proposers import Proposal, ProposalContext, Proposer
 
 
 def _order(p: Program) -> tuple[int, int]:
@@ -145,7 +145,8 @@ class Engine:
                               prompt.digest)
         self.progress.in_flight_proposals += 1
         try:
-            proposal: Proposal = await self.proposer.propose(prompt, pid)
+            context = ProposalContext(parent.code if parent else None, round_, island, index)
+            proposal: Proposal = await self.proposer.propose(prompt, pid, context)
         finally:
             self.progress.in_flight_proposals -= 1
         self.progress.proposed += 1
@@ -192,7 +193,7 @@ class Engine:
 
     # -- the run ------------------------------------------------------------------------------------------------
     async def _seed(self) -> None:
-        if self.seed_program is None or self.archive.get(SEED_ID) is not None:
+        if self.seed_program is None or SEED_ID in self.archive:
             return
         cand = self.seed_program
         if self.store.program_by_digest(self.run_id, cand.digest) is None:
@@ -200,6 +201,7 @@ class Engine:
         verdict = await self._evaluate(SEED_ID, cand)
         program = Program.from_verdict(SEED_ID, cand.source, verdict, island=0, round=-1, digest=cand.digest)
         self.archive.add(program)
+        self.progress.correct += program.correct
         self._refresh_best()
 
     async def run(self) -> Progress:
@@ -231,7 +233,8 @@ class Engine:
             self.archive.maybe_migrate(round_)
             self.store.set_counter(self.run_id, "rounds_done", round_ + 1)
             self._refresh_best()
-            self.progress.note(f"round {round_ + 1}: best {self.progress.best_speedup}")
+            best = self.progress.best_speedup
+            self.progress.note(f"round {round_ + 1}: best " + (f"{best:.3f}×" if best else str(self.progress.best_id)))
         return self.progress
 
     def _refresh_best(self) -> None:

@@ -24,6 +24,16 @@ class ReplayMiss(RuntimeError):
 
 
 @dataclass(frozen=True)
+class ProposalContext:
+    """What a proposer that does not read prompts (the offline tuner) needs: the parent and where it stands."""
+
+    parent_code: str | None
+    round: int
+    island: int
+    index: int
+
+
+@dataclass(frozen=True)
 class Proposal:
     text: str
     model: str
@@ -38,7 +48,7 @@ class Proposal:
 
 
 class Proposer(Protocol):
-    async def propose(self, prompt: Prompt, key: str) -> Proposal: ...
+    async def propose(self, prompt: Prompt, key: str, context: ProposalContext | None = None) -> Proposal: ...
 
     async def aclose(self) -> None: ...
 
@@ -57,7 +67,7 @@ class LLMProposer:
         self.budget = Budget(config.max_total_tokens, config.max_cost_usd)
         self.client = LLMClient(specs, concurrency=config.concurrency, budget=self.budget, seed=config.seed)
 
-    async def propose(self, prompt: Prompt, key: str) -> Proposal:
+    async def propose(self, prompt: Prompt, key: str, context: ProposalContext | None = None) -> Proposal:
         c = await self.client.complete(prompt.messages, rng_key=key)
         return Proposal(c.text, c.model, c.prompt_tokens, c.completion_tokens, c.cost_usd)
 
@@ -72,14 +82,14 @@ class CachedProposer:
                  record: Callable[[str, Proposal], None]):
         self.inner, self.lookup, self.record = inner, lookup, record
 
-    async def propose(self, prompt: Prompt, key: str) -> Proposal:
+    async def propose(self, prompt: Prompt, key: str, context: ProposalContext | None = None) -> Proposal:
         hit = self.lookup(prompt.digest)
         if hit is not None:
             return Proposal(hit["text"], hit.get("model", ""), hit.get("prompt_tokens", 0),
                             hit.get("completion_tokens", 0), hit.get("cost_usd", 0.0), cached=True)
         if self.inner is None:
             raise ReplayMiss(f"replay: the recorded run has no response for prompt {prompt.digest[:12]} ({key})")
-        proposal = await self.inner.propose(prompt, key)
+        proposal = await self.inner.propose(prompt, key, context)
         self.record(prompt.digest, proposal)
         return proposal
 
@@ -88,9 +98,18 @@ class CachedProposer:
             await self.inner.aclose()
 
 
-def make_proposer(config: RunConfig) -> Proposer:
-    if config.models:
+def make_proposer(config: RunConfig, task_source: str = "", task_path: str = "") -> Proposer:
+    """The configured proposer: the model ensemble, the offline seed-and-tune proposer, or both alternating."""
+    kind = config.proposer
+    if kind == "auto":
+        kind = "llm" if config.models else "offline"
+    if kind in ("llm", "mixed") and not config.models:
+        raise ProposerUnavailable(
+            f"proposer {kind!r} needs a model: give --model NAME (and --base-url URL for vLLM, SGLang, LMDeploy or "
+            "Ollama), or a config file with `models:`")
+    if kind == "llm":
         return LLMProposer(config)
-    raise ProposerUnavailable(
-        "no model configured: give --model NAME (and --base-url URL for vLLM, SGLang, LMDeploy or Ollama), or a "
-        "config file with `models:`. The offline proposer (no model needed) is not part of this version yet.")
+    from kernelsmith.workshop.offline.proposer import MixedProposer, OfflineProposer
+
+    tuner = OfflineProposer(task_source, task_path, config.seed)
+    return tuner if kind == "offline" else MixedProposer(LLMProposer(config), tuner)

@@ -122,7 +122,7 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
     if config.task is None:
         raise ConfigError("setting 'task': no task file given")
     task = Task.load(config.task, config.overrides, device=config.device)
-    inner = make_proposer(config) if replay is None else None  # fails (no model, no key) before any file exists
+    inner = make_proposer(config, task.source, str(task.path)) if replay is None else None  # fails (no model, no key) before any file exists
     recorded = Path(replay) / "run.db" if replay is not None else None
     if recorded is not None and not recorded.exists():
         raise ConfigError(f"{replay}: no recorded run to replay (no run.db)")

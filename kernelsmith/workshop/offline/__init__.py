@@ -1,0 +1,1 @@
+"""The offline proposer: seeds translated from the reference, and a tuner that mutates launch configurations."""

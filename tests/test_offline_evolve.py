@@ -1,0 +1,57 @@
+"""`kernelsmith evolve` with no model: the offline proposer seeds from the reference and tunes from there."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from kernelsmith.workshop.offline.proposer import MixedProposer, OfflineProposer
+from kernelsmith.workshop.prompt import Prompt
+from kernelsmith.workshop.proposers import Proposal, ProposalContext
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def evolve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from kernelsmith.cli import app; app()", "evolve", *args],
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_offline_run_from_a_seed_program_stays_correct(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = evolve(str(ROOT / "tasks/level1/05_softmax.py"), "--device", "cpu", "--rounds", "2", "--population", "2",
+                  "--seed-program", str(ROOT / "solutions/level1/05_softmax.py"), "--run-dir", str(run))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["best_status"] == "correct" and summary["tokens"] == 0 and summary["rounds_done"] == 2
+    lineage = json.loads((run / "lineage.json").read_text())
+    assert lineage[0]["id"] == "seed"
+
+
+class _Model:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def propose(self, prompt: Prompt, key: str, context: ProposalContext | None = None) -> Proposal:
+        self.calls += 1
+        return Proposal("from the model", "m")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_mixed_mode_alternates_model_and_tuner() -> None:
+    parent = (ROOT / "solutions/level1/01_relu.py").read_text()
+    model = _Model()
+    mixed = MixedProposer(model, OfflineProposer("", "", seed=1))
+    prompt = Prompt([{"role": "user", "content": "x"}])
+
+    async def go() -> list[Proposal]:
+        return [await mixed.propose(prompt, f"r1c{i}", ProposalContext(parent, 1, i % 2, i)) for i in range(4)]
+
+    out = asyncio.run(go())
+    assert [p.model for p in out] == ["m", "offline", "m", "offline"] and model.calls == 2
+    assert "Tuned:" in out[1].text and "```python" in out[1].text
