@@ -1,0 +1,1 @@
+"""Benchmarks over many tasks: the recipe's metrics, comparisons and reports."""
