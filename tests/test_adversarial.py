@@ -63,6 +63,7 @@ def _jobs(gen: Path) -> list[Job]:
         Job("decoy_lenient", "adv_decoy_kernel.py", options={"policy": "lenient"}),
         Job("zeros", "adv_zeros.py", task=TASK_TINY),
         Job("inplace", "adv_inplace.py"),
+        Job("default_dtype", "adv_default_dtype.py"),
         Job("cache", "adv_cache.py"),
         Job("uninit", "adv_uninit.py"),
         Job("uninit_assume_zero", "adv_uninit_assume_zero.py"),
@@ -148,6 +149,7 @@ CAUGHT = [
     ("decoy_strict", {Status.REJECTED}, ["torch_compute_op"]),
     ("zeros", {Status.INCORRECT}, ["output_mismatch"]),
     ("inplace", {Status.INCORRECT}, ["input_mutated"]),
+    ("default_dtype", {Status.REJECTED}, ["input_generation"]),  # fp16 inputs made by torch's default dtype
     ("cache", {Status.INCORRECT}, ["cached_result"]),
     ("uninit_assume_zero", {Status.INCORRECT}, ["poisoned_memory"]),
     ("patch_allclose", {Status.REJECTED, Status.INCORRECT}, ["tampering"]),

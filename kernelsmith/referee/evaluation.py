@@ -97,7 +97,13 @@ class _Judge:
         self.opts = opts
         self.secrets = secrets_
         self.v = Verdict(status=Status.CORRECT, device=opts.device)
-        self.t0 = time.monotonic()
+        self.t0 = self._last = time.monotonic()
+
+    def phase(self, name: str) -> None:
+        """Record the wall time since the previous phase (verdict.timing["phases_s"]): where evaluations spend."""
+        now = time.monotonic()
+        self.v.timing.setdefault("phases_s", {})[name] = round(now - self._last, 3)
+        self._last = now
 
     def finding(self, name: str, message: str, severity: Severity = Severity.REJECT) -> None:
         if not self.v.finding(name):
@@ -182,6 +188,7 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
     # The candidate's child starts up meanwhile but runs no candidate code until the reference's outputs
     # are loaded here and deleted from disk.
     ref_out = ref_child.finish(deadline)
+    judge.phase("reference")
     ref_res = _read_json(ref_dir / "result.json")
     if ref_res is None:
         cand_child.kill()
@@ -192,6 +199,7 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
     v.versions, v.device = ref_res["versions"], ref_res["device"]
     refs = {name: _load_tensors(ref_dir / "out" / f"{name}.pt") for name in ref_res["cases"]}
     shutil.rmtree(ref_dir / "out", ignore_errors=True)
+    judge.phase("load_reference")
     cand_child.send("go " + json.dumps({k: seeds[k] for k in CORRECTNESS_SEEDS}))
     reason = degenerate_reason(refs["trial0"])
     if reason:
@@ -200,6 +208,7 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
 
     outcome = cand_child.wait_for(cand_dir / "phase1.json", deadline)
     phase1 = _read_json(cand_dir / "phase1.json")
+    judge.phase("candidate_correctness")
     if phase1 is None:
         return _child_failed(judge, outcome, cand_dir, cand_child)
     v.ops, v.kernels = phase1.get("ops", {}), phase1.get("kernels", {})
@@ -214,6 +223,7 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
         return judge.end(None, log=cand_child.log())
 
     _check_cases(judge, refs, ref_res, cand_dir, phase1, opts)
+    judge.phase("compare")
     if opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):
         cand_child.send("stop")
         cand_child.finish(deadline)
@@ -225,7 +235,9 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
     if phase2 is None:
         return _child_failed(judge, outcome, cand_dir, cand_child)
     cand_child.finish(deadline)
+    judge.phase("candidate_timing")
     _judge_timing(judge, phase2, refs, ref_res, cand_dir, opts)
+    judge.phase("judge_timing")
     return judge.end(None, log=cand_child.log())
 
 
@@ -255,7 +267,11 @@ def _check_cases(judge: _Judge, refs: dict[str, list[torch.Tensor]], ref_res: di
         case = run_name.removesuffix("_repeat")
         out = _load_tensors(cand_dir / "out" / f"{run_name}.pt")
         outs[run_name] = out
-        if info["digest_after"] != ref_res["cases"][case]["digest"]:
+        if info["fingerprint"] != ref_res["cases"][case]["fingerprint"]:
+            judge.finding("input_generation", f"{case}: the candidate's process generated different inputs "
+                          "from the reference's for the same seed (input generation or torch's RNG altered)")
+            return
+        if not info["inputs_unchanged"]:
             judge.finding("input_mutated", f"forward changed its inputs in place ({case})", Severity.FAIL)
             return
         cmp = compare_outputs(out, refs[case], opts.tolerance)
@@ -303,7 +319,10 @@ def _judge_timing(judge: _Judge, phase2: dict[str, Any], refs: dict[str, list[to
     check = cand_dir / "out" / "check.pt"
     if not check.exists():
         return
-    if phase2["check_digest_after"] != ref_res["cases"]["check"]["digest"]:
+    if phase2["check_fingerprint"] != ref_res["cases"]["check"]["fingerprint"]:
+        judge.finding("input_generation", "check: the candidate's process generated different inputs from the "
+                      "reference's for the same seed (input generation or torch's RNG altered)")
+    if not phase2["check_inputs_unchanged"]:
         judge.finding("input_mutated", "forward changed its inputs in place (after timing)", Severity.FAIL)
     cmp = compare_outputs(_load_tensors(check), refs["check"], opts.tolerance)
     if not cmp.ok:
