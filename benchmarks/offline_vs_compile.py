@@ -198,7 +198,7 @@ def main() -> None:
     DEVICE = args.device
     if DEVICE == "cpu":
         args.skip_compile = True
-    tasks = sorted({p for pat in args.patterns for p in (ROOT / "tasks").glob(pat)})
+    tasks = list(dict.fromkeys(p for pat in args.patterns for p in sorted((ROOT / "tasks").glob(pat))))
     env = {"date": str(date.today()), "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", "python": platform.python_version(),
            "torch": torch.__version__, "triton": triton.__version__}
     rows: list[dict] = []
