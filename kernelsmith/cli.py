@@ -158,3 +158,15 @@ def live_display(progress):  # noqa: ANN001, ANN201 - Progress -> context manage
 
 def main() -> None:  # pragma: no cover
     app()
+
+
+def _register_parts() -> None:
+    """Commands owned by the other parts, each defined beside the code it drives."""
+    from kernelsmith.bench.commands import register as bench_commands
+    from kernelsmith.coach.commands import register as coach_commands
+
+    bench_commands(app)
+    coach_commands(app)
+
+
+_register_parts()

@@ -1,0 +1,1 @@
+"""The coach: evolution trajectories into training data, an RL reward, and training entry points on TRL."""
