@@ -21,6 +21,7 @@ import torch
 
 from kernelsmith.candidate import Candidate
 from kernelsmith.referee.compare import compare_outputs, degenerate_reason
+from kernelsmith.referee.lease import LeaseHolder
 from kernelsmith.referee.policy import POLICIES
 from kernelsmith.referee.sandbox import Child, ChildOutcome, Limits, redact, secret_values
 from kernelsmith.referee.verdict import Finding, Severity, Status, Verdict
@@ -44,6 +45,8 @@ class EvalOptions:
     implausible_margin: float = 0.8  # flag cand_ms below this fraction of the memory-bandwidth floor
     max_hidden_work_ms: float = 0.1
     require_kernel: bool = True  # False only for A/A benchmarks, where the candidate is the reference's code
+    gpu: int | None = None  # pin both children to this device index (a worker pool's choice)
+    lease: Any = None  # a `GpuLease` shared by the evaluations on that GPU: timing runs alone (pool.py)
 
     def validate(self) -> None:
         if self.device not in DEVICES:
@@ -98,6 +101,7 @@ class _Judge:
         self.secrets = secrets_
         self.v = Verdict(status=Status.CORRECT, device=opts.device)
         self.t0 = self._last = time.monotonic()
+        self.hold: LeaseHolder | None = None
 
     def phase(self, name: str) -> None:
         """Record the wall time since the previous phase (verdict.timing["phases_s"]): where evaluations spend."""
@@ -171,10 +175,13 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
     try:
         ref_dir = _prepare(root, "reference", _job("reference", task, opts, seeds), task, None)
         cand_dir = _prepare(root, "candidate", _job("candidate", task, opts, seeds), task, candidate)
-        ref_child = Child.start(ref_dir, opts.device, opts.limits, untrusted=False)
-        cand_child = Child.start(cand_dir, opts.device, opts.limits)
+        judge.hold = LeaseHolder(opts.lease)
+        ref_child = Child.start(ref_dir, opts.device, opts.limits, untrusted=False, gpu=opts.gpu)
+        cand_child = Child.start(cand_dir, opts.device, opts.limits, gpu=opts.gpu)
         return _run(task, opts, judge, ref_child, cand_child, ref_dir, cand_dir, deadline, seeds)
     finally:
+        if judge.hold is not None:
+            judge.hold.release()
         for child in (ref_child, cand_child):
             if child is not None and child.proc.poll() is None:
                 child.kill()
@@ -229,6 +236,8 @@ def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_ch
         cand_child.finish(deadline)
         return judge.end(None, log=cand_child.log())
 
+    judge.hold.exclusive()  # waits until no other evaluation works on this GPU
+    judge.phase("lease_wait")
     cand_child.send("time " + json.dumps({k: seeds[k] for k in TIMING_SEEDS}))
     outcome = cand_child.wait_for(cand_dir / "phase2.json", deadline)
     phase2 = _read_json(cand_dir / "phase2.json")

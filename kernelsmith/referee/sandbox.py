@@ -28,6 +28,7 @@ PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA
             "OPENBLAS_L2_SIZE")
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 NOBODY = 65534
 
 
@@ -80,6 +81,12 @@ def child_env(work_dir: Path, device: str) -> dict[str, str]:
     return env
 
 
+def visible_device(index: int) -> str:
+    """The CUDA_VISIBLE_DEVICES entry for the parent's device `index` (the parent may itself be restricted)."""
+    parent = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return parent[index] if index < len(parent) else str(index)
+
+
 def _world_accessible(path: Path) -> bool:
     """Can an unprivileged user read `path` (every directory above it searchable)?"""
     path = path.resolve()
@@ -115,6 +122,10 @@ def _preexec(limits: Limits, isolate_net: bool, drop: bool) -> None:
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
+    # After the user change (which clears it): the child dies with the thread that started it, so a killed
+    # orchestrator or service leaves no candidate running on (a hang would otherwise run forever).
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass
@@ -138,9 +149,13 @@ class Child:
     peak_rss_mb: float = 0.0
 
     @classmethod
-    def start(cls, work_dir: Path, device: str, limits: Limits, untrusted: bool = True) -> Child:
-        """Start a worker in `work_dir`; `untrusted` (candidate code) drops to `nobody` where possible."""
+    def start(cls, work_dir: Path, device: str, limits: Limits, untrusted: bool = True,
+              gpu: int | None = None) -> Child:
+        """Start a worker in `work_dir`; `untrusted` (candidate code) drops to `nobody` where possible;
+        `gpu` pins it to that one device (it then sees it as cuda:0)."""
         env = child_env(work_dir, device)
+        if gpu is not None and device == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = visible_device(gpu)
         log = open(work_dir / "log.txt", "ab")
         root = os.geteuid() == 0
         drop = untrusted and can_drop_to_nobody()

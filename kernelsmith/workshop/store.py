@@ -41,19 +41,17 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
-    create_engine,
     delete,
-    event,
     func,
     insert,
     select,
     text,
     update,
 )
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from kernelsmith.referee.verdict import Verdict
+from kernelsmith.sqlite import open_engine
 
 SCHEMA_VERSION = 1
 
@@ -251,29 +249,11 @@ def text_hash(text_: str) -> str:
 
 
 # ---- the store ----------------------------------------------------------------------------------------------------
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cur = dbapi_conn.cursor()
-    try:
-        cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=10000")
-    finally:
-        cur.close()
-
-
 class RunStore:
     """One database file (or URL) holding any number of runs. Thread-safe through SQLAlchemy's pool."""
 
     def __init__(self, path: str | Path, *, echo: bool = False):
-        url = str(path)
-        if "://" not in url:
-            Path(url).parent.mkdir(parents=True, exist_ok=True)
-            url = f"sqlite:///{Path(url)}"
-        self.url = url
-        self.engine: Engine = create_engine(url, echo=echo)
-        if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self.url, self.engine = open_engine(path, echo=echo)
         metadata.create_all(self.engine)
         with self._tx() as conn:
             if conn.execute(select(META.c.value).where(META.c.name == "schema_version")).first() is None:

@@ -1,0 +1,146 @@
+"""A machine's evaluation capacity: requests spread over its GPUs, with one timing lease per GPU.
+
+A request is a plain dict (it crosses HTTP and Ray unchanged):
+`{"task_source", "task_name", "candidate_source", "options": {EvalOptions fields}, "overrides": {NAME: value}}`.
+`LocalPool.run(request)` evaluates it on the least busy GPU (or on the CPU) and returns the verdict as a dict.
+Each evaluation still runs in fresh child processes (see evaluation.py): that is what makes the referee
+hard to game, so the pool's gain is concurrency — compilation, reference runs and correctness trials of
+several candidates overlap on a GPU while the lease keeps every timing phase alone on its GPU.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from kernelsmith.referee.lease import GpuLease
+
+# The options a request may set; the rest (leases, GPU choice, debug dirs) belong to the pool.
+REQUEST_OPTIONS = {"device", "policy", "timeout_s", "trials", "test_inputs", "tolerance", "timing",
+                   "require_kernel"}
+
+
+class RequestError(ValueError):
+    """A request that cannot be evaluated (bad task, bad option); the message says which and why."""
+
+
+def options_from(request: dict[str, Any], device: str) -> Any:
+    from kernelsmith.referee.evaluation import EvalOptions
+
+    given = dict(request.get("options") or {})
+    unknown = sorted(set(given) - REQUEST_OPTIONS)
+    if unknown:
+        known = sorted(f.name for f in fields(EvalOptions) if f.name in REQUEST_OPTIONS)
+        raise RequestError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    given.setdefault("device", device)
+    if given["device"] != device:
+        raise RequestError(f"option device={given['device']!r}, but this pool evaluates on {device!r}")
+    opts = EvalOptions(**given)
+    try:
+        opts.validate()
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    return opts
+
+
+def load_task(request: dict[str, Any], device: str) -> Any:
+    """The request's task, checked as `kernelsmith eval` checks a task file."""
+    from kernelsmith.task import Task, TaskError
+
+    source = request.get("task_source")
+    if not isinstance(source, str) or not source.strip():
+        raise RequestError("task_source: missing or empty")
+    name = str(request.get("task_name") or "task")
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:80] or "task"
+    with tempfile.TemporaryDirectory(prefix="kernelsmith-task-") as tmp:
+        path = Path(tmp) / (safe if safe.endswith(".py") else safe + ".py")
+        path.write_text(source)
+        try:
+            return Task.load(path, request.get("overrides") or None, device=device)
+        except TaskError as exc:
+            raise RequestError(f"task {name}: {exc}") from None
+
+
+def check_request(request: dict[str, Any], device: str) -> None:
+    """Raise RequestError now (at submission) for a request that cannot be evaluated; nothing runs.
+
+    A candidate that does not even parse is not a bad request: that is its verdict (`compile_error`)."""
+    options_from(request, device)
+    load_task(request, device)
+    source = request.get("candidate_source")
+    if not isinstance(source, str) or not source.strip():
+        raise RequestError("candidate_source: missing or empty")
+
+
+class LocalPool:
+    """Evaluations on this machine: `slots_per_gpu` at a time on each GPU (or `cpu_slots` on the CPU)."""
+
+    def __init__(self, device: str = "cuda", gpus: list[int] | None = None, slots_per_gpu: int = 2,
+                 cpu_slots: int = 2):
+        if device == "cuda" and gpus is None:
+            import torch
+
+            gpus = list(range(torch.cuda.device_count()))
+            if not gpus:
+                raise RequestError("device cuda: no GPU visible (use --device cpu, or set --gpus)")
+        self.device = device
+        self.gpus = gpus if device == "cuda" else []
+        self.leases = {g: GpuLease(f"cuda:{g}") for g in self.gpus}
+        self.capacity = len(self.gpus) * slots_per_gpu if self.gpus else cpu_slots
+        self._busy = {g: 0 for g in self.gpus}
+        self._lock = threading.Lock()
+        self.completed = 0
+        self.eval_seconds = 0.0
+
+    def _pick(self) -> int | None:
+        if not self.gpus:
+            return None
+        with self._lock:
+            gpu = min(self.gpus, key=lambda g: self._busy[g])
+            self._busy[gpu] += 1
+            return gpu
+
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Evaluate one request. A bad request comes back as `{"status": "bad_request", "error": ...}`."""
+        from kernelsmith.candidate import Candidate
+        from kernelsmith.referee.evaluation import evaluate
+
+        try:
+            opts = options_from(request, self.device)
+            task = load_task(request, self.device)
+            if not isinstance(request.get("candidate_source"), str):
+                raise RequestError("candidate_source: missing")
+        except RequestError as exc:
+            return {"status": "bad_request", "correct": False, "error": str(exc)}
+        gpu = self._pick()
+        opts.gpu, opts.lease = gpu, self.leases.get(gpu) if gpu is not None else None
+        t0 = time.monotonic()
+        try:
+            verdict = evaluate(task, Candidate(request["candidate_source"], "candidate"), opts).to_dict()
+        finally:
+            with self._lock:
+                if gpu is not None:
+                    self._busy[gpu] -= 1
+                self.completed += 1
+                self.eval_seconds += time.monotonic() - t0
+        if gpu is not None:
+            verdict["gpu"] = gpu
+        return verdict
+
+    def evaluate_many(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """All requests, `capacity` at a time; verdicts in request order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, self.capacity)) as ex:
+            return list(ex.map(self.run, requests))
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"device": self.device, "gpus": self.gpus, "capacity": self.capacity,
+                    "busy": dict(self._busy), "completed": self.completed,
+                    "eval_seconds": round(self.eval_seconds, 3),
+                    "timing_lease_seconds": {g: round(lease.exclusive_s, 3) for g, lease in self.leases.items()}}
