@@ -134,6 +134,60 @@ def evolve_command(
         out.print(f"stopped early: {summary['stopped']}", highlight=False)
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option(help="Address to bind; beyond localhost a token is required")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8470,
+    device: Annotated[str, typer.Option(help="cuda, or cpu (Triton interpreter; no timing)")] = "cuda",
+    gpus: Annotated[str | None, typer.Option(help="GPU indices to use, e.g. 0,1 (default: all visible)")] = None,
+    slots_per_gpu: Annotated[int, typer.Option(help="Evaluations at once per GPU (timing still runs alone)")] = 2,
+    cpu_slots: Annotated[int, typer.Option(help="Evaluations at once with --device cpu")] = 2,
+    db: Annotated[Path, typer.Option(help="SQLite file holding accepted jobs (survives restarts)")] = Path(
+        "kernelsmith-jobs.db"),
+    token_env: Annotated[str, typer.Option(help="Environment variable holding the bearer token")] = "KERNELSMITH_TOKEN",
+    backend: Annotated[str, typer.Option(help="local (this machine's GPUs) or ray (a Ray cluster)")] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: start a local one)")] = None,
+    max_request_mb: Annotated[float, typer.Option(help="Largest request body accepted")] = 8.0,
+) -> None:
+    """Serve the referee over HTTP: submit evaluations, wait for verdicts (OpenAPI schema at /docs)."""
+    import os
+
+    if device not in ("cuda", "cpu"):
+        raise bad_input(f"--device {device!r}: expected cuda or cpu")
+    if backend not in ("local", "ray"):
+        raise bad_input(f"--backend {backend!r}: expected local or ray")
+    token = os.environ.get(token_env) or None
+    if host not in LOOPBACK and token is None:
+        raise bad_input(f"--host {host} is reachable beyond this machine: set a bearer token in ${token_env}")
+    try:
+        gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus else None
+    except ValueError:
+        raise bad_input(f"--gpus {gpus!r}: expected comma-separated integers, e.g. 0,1") from None
+    import uvicorn
+
+    from kernelsmith.referee.jobs import JobStore
+    from kernelsmith.referee.pool import LocalPool, RequestError
+    from kernelsmith.referee.service import create_app
+
+    try:
+        if backend == "ray":
+            from kernelsmith.referee.ray_pool import RayPool
+
+            pool = RayPool(device, address=ray_address, slots_per_actor=slots_per_gpu if device == "cuda" else 1)
+        else:
+            pool = LocalPool(device, gpus=gpu_list, slots_per_gpu=slots_per_gpu, cpu_slots=cpu_slots)
+        store = JobStore(db)
+    except (RequestError, RuntimeError, OSError) as exc:
+        raise bad_input(str(exc)) from None
+    application = create_app(store, pool, token=token, device=device, max_request_bytes=int(max_request_mb * 2**20))
+    err.print(f"kernelsmith referee on http://{host}:{port} ({backend}, {device}, {pool.capacity} slots, "
+              f"jobs in {db})", highlight=False)
+    uvicorn.run(application, host=host, port=port, log_level="warning")
+
+
 def live_display(progress):  # noqa: ANN001, ANN201 - Progress -> context manager
     """A live panel: round k/N, best speedup, correct rate, tokens and cost, work in flight."""
     from rich.live import Live

@@ -60,13 +60,17 @@ class RefereeClient:
         return self._call("GET", f"/v1/evaluations/{job_id}", params={"wait": wait_s},
                           timeout=wait_s + 30.0)
 
+    def batch(self, batch_id: str, wait_s: float = 0.0) -> dict[str, Any]:
+        """{"batch", "done", "jobs"} now, or once done within `wait_s`."""
+        return self._call("GET", f"/v1/batches/{batch_id}", params={"wait": wait_s}, timeout=wait_s + 30.0)
+
     def wait_batch(self, batch_id: str, timeout_s: float | None = None, poll_s: float = 30.0) -> list[dict[str, Any]]:
         """Block until every job of the batch is done (long-polling); the jobs, in submission order."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             left = poll_s if deadline is None else max(0.0, min(poll_s, deadline - time.monotonic()))
             try:
-                res = self._call("GET", f"/v1/batches/{batch_id}", params={"wait": left}, timeout=left + 30.0)
+                res = self.batch(batch_id, left)
             except ServiceUnavailable:
                 time.sleep(1.0)  # the service is restarting: its queue is on disk, keep waiting
                 res = {"done": False, "jobs": []}

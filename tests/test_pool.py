@@ -1,0 +1,87 @@
+"""The evaluation pool: timing leases exclude other work on a GPU; the local pool and Ray agree on verdicts."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from conftest import CANDIDATES, TASK_RELU, TASK_TINY
+
+from kernelsmith.referee.lease import GpuLease, LeaseHolder
+from kernelsmith.referee.pool import LocalPool
+
+
+def test_timing_lease_never_overlaps_other_work() -> None:
+    lease = GpuLease()
+    intervals: list[tuple[str, float, float]] = []
+    lock = threading.Lock()
+
+    def evaluation(i: int) -> None:
+        hold = LeaseHolder(lease)  # compile and correctness: shared with the neighbours
+        try:
+            t0 = time.monotonic()
+            time.sleep(0.02 + 0.01 * (i % 3))
+            with lock:
+                intervals.append(("shared", t0, time.monotonic()))
+            hold.exclusive()  # timing: alone on the GPU
+            t0 = time.monotonic()
+            time.sleep(0.02)
+            with lock:
+                intervals.append(("exclusive", t0, time.monotonic()))
+        finally:
+            hold.release()
+
+    threads = [threading.Thread(target=evaluation, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(intervals) == 16
+    for kind, a0, a1 in intervals:
+        if kind != "exclusive":
+            continue
+        overlapping = [(k, b0, b1) for k, b0, b1 in intervals if (b0, b1) != (a0, a1) and b0 < a1 and a0 < b1]
+        assert not overlapping, f"timing [{a0:.3f}, {a1:.3f}] overlapped {overlapping}"
+    shared = sorted((a0, a1) for k, a0, a1 in intervals if k == "shared")
+    assert any(b0 < a1 for (_, a1), (b0, _) in zip(shared, shared[1:]))  # correctness work did overlap
+    assert lease.state() == {"shared": 0, "exclusive": False, "waiting": 0}
+
+
+def _requests() -> list[dict]:
+    def req(candidate: str, task=TASK_RELU, **options) -> dict:
+        return {"task_source": task.read_text(), "task_name": task.name,
+                "candidate_source": (CANDIDATES / candidate).read_text(), "options": options}
+
+    bad = req("good_relu.py", trials=0)
+    return [req("good_relu.py"), req("adv_zeros.py", TASK_TINY), req("fault_syntax.py"), bad]
+
+
+EXPECTED = ["correct", "incorrect", "compile_error", "bad_request"]
+
+
+def test_local_pool_runs_requests_concurrently_in_order() -> None:
+    pool = LocalPool("cpu", cpu_slots=2)
+    verdicts = pool.evaluate_many(_requests())
+    assert [v["status"] for v in verdicts] == EXPECTED
+    assert "trials 0" in verdicts[3]["error"]
+    assert pool.stats()["completed"] == 3  # the bad request never reached the referee
+
+
+def test_ray_backend_gives_the_local_pools_verdicts() -> None:
+    ray = pytest.importorskip("ray")
+    from kernelsmith.referee.ray_pool import RayPool
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        pool = RayPool("cpu", actors=1, slots_per_actor=2)
+        remote = pool.evaluate_many(_requests())
+        local = LocalPool("cpu", cpu_slots=2).evaluate_many(_requests()[:2])
+        assert [v["status"] for v in remote] == EXPECTED
+        for r, here in zip(remote, local):  # fresh random inputs each time: errors differ, the judgement may not
+            assert (r["status"], r["trials"], [g["name"] for g in r["guards"]]) == (
+                here["status"], here["trials"], [g["name"] for g in here["guards"]])
+        assert pool.stats()["completed"] == 3
+        pool.close()
+    finally:
+        ray.shutdown()
