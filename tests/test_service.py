@@ -7,6 +7,7 @@ restarts it on the same job database, and checks that every job ends with the ri
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -174,3 +175,23 @@ def test_serve_refuses_a_public_address_without_a_token(tmp_path: Path) -> None:
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "KERNELSMITH_TOKEN" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_evolve_evaluates_through_the_service(service: Service, tmp_path: Path) -> None:
+    """The workshop with `referee_url`: every verdict of the run comes from the service."""
+    before = int(httpx.get(f"{service.url}/healthz").json()["jobs"]["done"])
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"referee_url: {service.url}\nproposer: offline\n")
+    cmd = [sys.executable, "-c", "from kernelsmith.cli import app; app()", "evolve", str(TASK_RELU), "--device",
+           "cpu", "--rounds", "1", "--population", "1", "--run-dir", str(tmp_path / "run"), "--config", str(cfg)]
+    proc = subprocess.run(cmd, env={**os.environ, "KERNELSMITH_TOKEN": TOKEN}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "run" / "best.py").exists()
+    done = int(httpx.get(f"{service.url}/healthz").json()["jobs"]["done"])
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["evaluated"] >= 1 and done - before == summary["evaluated"]  # every verdict was a service job
+    bad = subprocess.run(cmd[:-4] + ["--run-dir", str(tmp_path / "run2"), "--config", str(cfg)],
+                         env={**os.environ, "KERNELSMITH_TOKEN": "wrong"}, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "referee_url" in bad.stderr and "401" in bad.stderr, bad.stderr[-2000:]

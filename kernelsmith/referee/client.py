@@ -39,6 +39,8 @@ class RefereeClient:
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         try:
             r = self.http.request(method, path, **kw)
+            if path == "/metrics" and r.status_code < 400:
+                return r.text
         except httpx.HTTPError as exc:
             raise ServiceUnavailable(f"{method} {path}: {type(exc).__name__}: {exc}") from None
         if r.status_code >= 400:
@@ -51,6 +53,11 @@ class RefereeClient:
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz")
+
+    def check(self) -> dict[str, Any]:
+        """Health, after proving the token is accepted (raises ServiceError otherwise)."""
+        self._call("GET", "/metrics")
+        return self.health()
 
     def submit(self, requests: list[dict[str, Any]]) -> dict[str, Any]:
         """Queue requests; {"batch": id, "jobs": [ids]}."""

@@ -57,6 +57,8 @@ class RunConfig(BaseModel):
     device: Literal["cuda", "cpu"] = "cuda"
     policy: Literal["strict", "lenient"] = "strict"
     eval_timeout_s: float = Field(300, gt=0)
+    referee_url: str | None = Field(None, description="a `kernelsmith serve` URL: evaluate there, not here")
+    referee_token_env: str = Field("KERNELSMITH_TOKEN", description="variable holding the service's token")
     overrides: dict[str, Any] = Field(default_factory=dict, description="task constants (--set)")
     templates_dir: Path | None = None
     run_dir: Path = Path("runs/latest")

@@ -112,6 +112,35 @@ def prepare_run_dir(config: RunConfig, resume: bool) -> Path:
     return run_dir
 
 
+def _remote_judge(config: RunConfig, task: Any) -> Any:
+    """Evaluate through a referee service (`kernelsmith serve`); checked once now, so a wrong URL or token
+    fails before the run starts rather than as a verdict of every candidate."""
+    import os
+
+    from kernelsmith.referee.client import RefereeClient, ServiceError
+
+    client = RefereeClient(config.referee_url, os.environ.get(config.referee_token_env) or None,
+                           timeout_s=config.eval_timeout_s + 60)
+    options = {"device": config.device, "policy": config.policy, "timeout_s": config.eval_timeout_s}
+    try:
+        health = client.check()
+    except ServiceError as exc:
+        raise ConfigError(f"setting 'referee_url': {exc}") from None
+    if health.get("backend", {}).get("device") not in (None, config.device):
+        raise ConfigError(f"setting 'referee_url': the service evaluates on {health['backend']['device']}, "
+                          f"the run asks for {config.device}")
+
+    def judge(candidate: Candidate) -> dict[str, Any]:
+        request = {"task_source": task.source, "task_name": task.name, "candidate_source": candidate.source,
+                   "options": options}
+        try:
+            return client.evaluate_many([request], timeout_s=config.eval_timeout_s * 4 + 600)[0]
+        except ServiceError as exc:  # the service is gone for good: a verdict says so, the run goes on
+            return {"status": "crashed", "correct": False, "error": f"referee service: {exc}", "guards": []}
+
+    return judge
+
+
 def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = None, seed_program: Path | None = None,
            display: Any = None) -> dict[str, Any]:
     """Run (or resume, or replay) an evolution; returns the summary written to `summary.json`."""
@@ -136,9 +165,11 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
     else:
         proposer = _cached(store, inner)
     opts = EvalOptions(device=config.device, policy=config.policy, timeout_s=config.eval_timeout_s)
-
-    def judge(candidate: Candidate) -> dict[str, Any]:
-        return evaluate(task, candidate, opts).to_dict()
+    if config.referee_url:
+        judge = _remote_judge(config, task)
+    else:
+        def judge(candidate: Candidate) -> dict[str, Any]:
+            return evaluate(task, candidate, opts).to_dict()
 
     hardware = store.counter(RUN_ID, "hardware") or probe_hardware(config.device)
     store.set_counter(RUN_ID, "hardware", hardware)
