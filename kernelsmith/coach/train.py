@@ -125,6 +125,9 @@ def train_sft(model: str, data: str | Path, output_dir: str | Path, *, lora: boo
                      max_length=max_length)
     trainer = SFTTrainer(model=lm, args=args, train_dataset=dataset, processing_class=tok,
                          peft_config=_lora(lora, lora_r, lora_alpha, lora_dropout))
+    if len(trainer.train_dataset) == 0:
+        raise CoachError(f"no sample left to train on: each one's response lies beyond max_length {max_length} "
+                         "tokens (the prompt alone fills it); raise --max-length")
     trainer.train()
     return TrainResult(output_dir, _finish(trainer, output_dir))
 
