@@ -195,3 +195,16 @@ def test_evolve_evaluates_through_the_service(service: Service, tmp_path: Path) 
                          env={**os.environ, "KERNELSMITH_TOKEN": "wrong"}, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "referee_url" in bad.stderr and "401" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_rl_reward_through_the_service(service: Service) -> None:
+    """The coach's reward with `service_url`: each completion is judged by the service's referee."""
+    from test_coach_reward import SOLUTION, WRONG, columns, fenced
+
+    from kernelsmith.coach.reward import KernelReward, reward_for
+
+    before = int(httpx.get(f"{service.url}/healthz").json()["jobs"]["done"])
+    reward = KernelReward(service_url=service.url, token=TOKEN)
+    out = reward(prompts=[None, None], completions=[fenced(SOLUTION), fenced(WRONG)], **columns(2))
+    assert out == [reward_for("correct"), reward_for("incorrect")]
+    assert int(httpx.get(f"{service.url}/healthz").json()["jobs"]["done"]) - before == 2
