@@ -37,6 +37,7 @@ def eval_command(
     policy: Annotated[str, typer.Option(help="strict: all compute in Triton; lenient: KernelBench's rule")] = "strict",
     timeout: Annotated[float, typer.Option(help="Seconds for the whole evaluation")] = 300.0,
     trials: Annotated[int, typer.Option(help="Random input sets (plus the task's get_test_inputs)")] = 5,
+    backend: Annotated[str, typer.Option(help="triton, or cuda (CUDA C++ through load_inline)")] = "triton",
     as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON")] = False,
 ) -> None:
     """Judge CANDIDATE against TASK: compiled? correct on fresh inputs? how much faster? did it cheat?
@@ -47,7 +48,7 @@ def eval_command(
     from kernelsmith.referee.evaluation import EvalOptions, evaluate
     from kernelsmith.task import Task, TaskError, parse_overrides
 
-    opts = EvalOptions(device=device, policy=policy, timeout_s=timeout, trials=trials)
+    opts = EvalOptions(device=device, policy=policy, timeout_s=timeout, trials=trials, backend=backend)
     try:
         opts.validate()
         loaded = Task.load(task, parse_overrides(set_), device=device)
@@ -106,6 +107,7 @@ def evolve_command(
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --run-dir")] = False,
     replay: Annotated[Path | None, typer.Option(help="Rerun a recorded run from its responses, no network")] = None,
     device: Annotated[str | None, typer.Option(help="cuda, or cpu (Triton interpreter)")] = None,
+    backend: Annotated[str | None, typer.Option(help="triton, or cuda (CUDA C++ through load_inline)")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with any setting; flags override it")] = None,
     seed_program: Annotated[Path | None, typer.Option(help="A first candidate to start from")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a task constant: NAME=VALUE")] = None,
@@ -118,7 +120,7 @@ def evolve_command(
     from kernelsmith.workshop.run import evolve
 
     flags: dict = {"task": task, "rounds": rounds, "population": population, "device": device, "run_dir": run_dir,
-                   "proposer": proposer}
+                   "proposer": proposer, "backend": backend}
     try:
         if model:
             flags["models"] = [{"name": model, "base_url": base_url, "api_key_env": api_key_env}]

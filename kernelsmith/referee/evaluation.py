@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from kernelsmith.backends import BACKEND_NAMES, get_backend
 from kernelsmith.candidate import Candidate
 from kernelsmith.referee.compare import compare_outputs, degenerate_reason
 from kernelsmith.referee.lease import LeaseHolder
@@ -47,6 +48,9 @@ class EvalOptions:
     require_kernel: bool = True  # False only for A/A benchmarks, where the candidate is the reference's code
     gpu: int | None = None  # pin both children to this device index (a worker pool's choice)
     lease: Any = None  # a `GpuLease` shared by the evaluations on that GPU: timing runs alone (pool.py)
+    backend: str = "triton"  # kernelsmith.backends: triton | cuda
+    compile_timeout_s: float = 240.0  # a backend's build step (CUDA: nvcc), within timeout_s
+    build_cache_dir: str | None = None  # built extensions by source digest (default ~/.cache/kernelsmith/...)
 
     def validate(self) -> None:
         if self.device not in DEVICES:
@@ -55,6 +59,8 @@ class EvalOptions:
             raise ValueError(f"policy {self.policy!r}: expected one of {', '.join(POLICIES)}")
         if self.trials < 1:
             raise ValueError(f"trials {self.trials}: need at least 1")
+        if self.backend not in BACKEND_NAMES:
+            raise ValueError(f"backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)}")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout {self.timeout_s}: must be positive")
 
@@ -75,7 +81,7 @@ def _job(role: str, task: Task, opts: EvalOptions, seeds: dict[str, Any]) -> dic
     """A child's job file. The candidate's holds no seeds: those reach it on stdin, when they are needed."""
     job = {"role": role, "device": opts.device, "policy": opts.policy, "poison": opts.poison,
            "test_inputs": opts.test_inputs and task.has_test_inputs, "tolerance": opts.tolerance,
-           "timing": opts.timing, "require_kernel": opts.require_kernel}
+           "timing": opts.timing, "require_kernel": opts.require_kernel, "backend": opts.backend}
     return {**job, **seeds} if role == "reference" else job
 
 
@@ -175,6 +181,10 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
     try:
         ref_dir = _prepare(root, "reference", _job("reference", task, opts, seeds), task, None)
         cand_dir = _prepare(root, "candidate", _job("candidate", task, opts, seeds), task, candidate)
+        if opts.backend != "triton":
+            early = _build(task, candidate, opts, judge, cand_dir, deadline)
+            if early is not None:
+                return early
         judge.hold = LeaseHolder(opts.lease)
         ref_child = Child.start(ref_dir, opts.device, opts.limits, untrusted=False, gpu=opts.gpu)
         cand_child = Child.start(cand_dir, opts.device, opts.limits, gpu=opts.gpu)
@@ -187,6 +197,36 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
                 child.kill()
         if not opts.keep_dir:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _build(task: Task, candidate: Candidate, opts: EvalOptions, judge: _Judge, cand_dir: Path,
+           deadline: float) -> Verdict | None:
+    """A backend's build step, before any child runs candidate code: a verdict when it ends the evaluation
+    (a compile error; on `--device cpu`, where a CUDA build cannot run, after saying whether it compiled)."""
+    backend = get_backend(opts.backend)
+    res = backend.build(candidate.source, device=opts.device, deadline=deadline, cache_dir=opts.build_cache_dir,
+                        gpu=opts.gpu, limits=opts.limits, compile_timeout_s=opts.compile_timeout_s)
+    judge.v.timing["build"] = res.info
+    judge.phase("build")
+    if not res.ok:
+        return judge.end(Status.COMPILE_ERROR, res.error, res.log)
+    if opts.device == "cpu":
+        what = "compiled (compile-only: torch here has no CUDA)" if res.info.get("mode") == "objects" else "built"
+        cached = ", from the build cache" if res.info.get("cached") else ""
+        return judge.end(Status.RUNTIME_ERROR, f"CUDA extension(s) {', '.join(res.info.get('extensions', []))} "
+                         f"{what}{cached}; CUDA candidates need a GPU to run: evaluate with --device cuda")
+    job = json.loads((cand_dir / "job.json").read_text())
+    ext_dir = cand_dir / "cache" / "ext"
+    ext_dir.mkdir(parents=True, exist_ok=True)
+    job["cuda_extensions"] = []
+    for ext in res.extensions:
+        if not ext.get("so"):
+            return judge.end(Status.COMPILE_ERROR, f"CUDA extension {ext['name']!r}: the build produced no module")
+        shutil.copy2(ext["so"], ext_dir / f"{ext['name']}.so")  # a copy: the candidate never sees the cache
+        job["cuda_extensions"].append({**{k: ext[k] for k in ("name", "digest", "functions")},
+                                       "file": f"cache/ext/{ext['name']}.so"})
+    (cand_dir / "job.json").write_text(json.dumps(job))
+    return None
 
 
 def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_child: Child,

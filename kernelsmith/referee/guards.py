@@ -223,8 +223,11 @@ class GuardSession:
     """All guards for one candidate process. `watch()` wraps each forward call that is judged."""
 
     def __init__(self, candidate_file: str, device: str, policy: str, require_kernel: bool = True,
-                 watch: list[tuple[str, Any, str]] | None = None, job_dir: str | None = None):
+                 watch: list[tuple[str, Any, str]] | None = None, job_dir: str | None = None,
+                 backend: str = "triton"):
         self.require_kernel = require_kernel
+        self.backend = backend
+        self.custom: Counter[str] = Counter()  # calls into the candidate's compiled extension (cuda backend)
         self.device = device
         self.policy = policy
         self.launches = LaunchRecorder(candidate_file)
@@ -320,6 +323,15 @@ class GuardSession:
             if _get_current_dispatch_mode_stack():
                 self.add("tampering", "the referee's dispatch mode was left on the stack or replaced")
 
+    def record_custom(self, label: str) -> None:
+        """A call into the candidate's own compiled extension (a non-Triton backend's custom kernel)."""
+        if self.launches.active:
+            self.custom[label] += 1
+
+    def kernels(self) -> dict[str, int]:
+        """The candidate's own kernels launched while watched, for the backend in use."""
+        return dict(self.launches.kernels) if self.backend == "triton" else dict(self.custom)
+
     def add(self, name: str, message: str, severity: Severity = Severity.REJECT) -> None:
         self.findings.setdefault(name, Finding(name, message, severity))
 
@@ -333,7 +345,9 @@ class GuardSession:
         from kernelsmith.referee.policy import disallowed_ops
 
         self.check_tamper()
-        if self.require_kernel and not self.launches.kernels:
+        if self.require_kernel and self.backend != "triton" and not self.custom:
+            self.add("no_custom_kernel", f"forward called no function of the candidate's {self.backend} extension")
+        if self.require_kernel and self.backend == "triton" and not self.launches.kernels:
             foreign = f" (only foreign kernels: {dict(self.launches.foreign)})" if self.launches.foreign else ""
             self.add("no_triton_kernel", f"forward launched no Triton kernel defined in the candidate{foreign}")
         bad = disallowed_ops(self.ops.ops, self.policy)

@@ -21,7 +21,7 @@ from kernelsmith.referee.lease import GpuLease
 
 # The options a request may set; the rest (leases, GPU choice, debug dirs) belong to the pool.
 REQUEST_OPTIONS = {"device", "policy", "timeout_s", "trials", "test_inputs", "tolerance", "timing",
-                   "require_kernel"}
+                   "require_kernel", "backend", "compile_timeout_s"}
 
 
 class RequestError(ValueError):

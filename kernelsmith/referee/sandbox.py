@@ -63,6 +63,7 @@ def child_env(work_dir: Path, device: str) -> dict[str, str]:
         "XDG_CACHE_HOME": str(work_dir / "cache"),
         "TRITON_CACHE_DIR": str(work_dir / "triton-cache"),
         "TORCHINDUCTOR_CACHE_DIR": str(work_dir / "inductor-cache"),
+        "TORCH_EXTENSIONS_DIR": str(work_dir / "cache" / "torch-extensions"),
         "PYTHONPATH": package_root,
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
@@ -150,9 +151,10 @@ class Child:
 
     @classmethod
     def start(cls, work_dir: Path, device: str, limits: Limits, untrusted: bool = True,
-              gpu: int | None = None) -> Child:
+              gpu: int | None = None, module: str = "kernelsmith.referee.worker") -> Child:
         """Start a worker in `work_dir`; `untrusted` (candidate code) drops to `nobody` where possible;
-        `gpu` pins it to that one device (it then sees it as cuda:0)."""
+        `gpu` pins it to that one device (it then sees it as cuda:0); `module` is the entry point (a backend's
+        builder, e.g. `kernelsmith.backends.cuda`)."""
         env = child_env(work_dir, device)
         if gpu is not None and device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = visible_device(gpu)
@@ -164,7 +166,7 @@ class Child:
             for p in [work_dir, *work_dir.rglob("*")]:
                 os.chown(p, NOBODY, NOBODY)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelsmith.referee.worker", str(work_dir)],
+            [sys.executable, "-m", module, str(work_dir)],
             cwd=work_dir, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True, close_fds=True,
             preexec_fn=lambda: _preexec(limits, isolate_net=root, drop=drop),

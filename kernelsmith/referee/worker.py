@@ -298,7 +298,7 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
     me = sys.modules[__name__]
     watch = [("worker", me, name) for name in ("_fingerprint", "_unchanged", "_save", "_poison", "_write_json", "_time", "Cases")]
     guards = GuardSession(str(cand_path), device, job["policy"], job.get("require_kernel", True), watch,
-                          str(job_dir))
+                          str(job_dir), backend=job.get("backend", "triton"))
     task = _load_task(job, job_dir)
     out_dir = job_dir / "out"
     out_dir.mkdir(exist_ok=True)
@@ -323,6 +323,10 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
         os._exit(3)  # a broken CUDA context must not get a chance to hang interpreter shutdown
 
     try:
+        if job.get("backend", "triton") == "cuda":  # the orchestrator built them; no candidate code has run
+            from kernelsmith.backends.cuda import install_prebuilt
+
+            install_prebuilt(job.get("cuda_extensions", []), job_dir, guards.record_custom)
         module = load_module(cand_path.read_text(), str(cand_path), "kernelsmith_candidate")
         if not hasattr(module, "ModelNew"):
             raise ImportError("candidate defines no class ModelNew")
@@ -358,7 +362,7 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
             guards.check_tamper()
         phase1["findings"] = [f.to_dict() for f in guards.judge()]
         phase1["ops"] = dict(guards.ops.ops)
-        phase1["kernels"] = dict(guards.launches.kernels)
+        phase1["kernels"] = guards.kernels()
         phase1["foreign_kernels"] = dict(guards.launches.foreign)
         _write_json(job_dir / "phase1.json", phase1)
         if device != "cuda":

@@ -56,6 +56,7 @@ class RunConfig(BaseModel):
     response_mode: Literal["full", "diff"] = "full"
     device: Literal["cuda", "cpu"] = "cuda"
     policy: Literal["strict", "lenient"] = "strict"
+    backend: Literal["triton", "cuda"] = Field("triton", description="kernel language: triton, or cuda (load_inline)")
     eval_timeout_s: float = Field(300, gt=0)
     referee_url: str | None = Field(None, description="a `kernelsmith serve` URL: evaluate there, not here")
     referee_token_env: str = Field("KERNELSMITH_TOKEN", description="variable holding the service's token")

@@ -139,7 +139,8 @@ class Engine:
             parent_code=parent.code if parent else "(none yet: write the first Triton version of the reference)",
             parent_verdict=parent_verdict, top=inspirations[:n_top], diverse=inspirations[n_top:],
             failures=self.archive.failures(island, c.failures_in_prompt), hardware=self.hardware,
-            round_=round_, island=island, response_mode=c.response_mode, policy=c.policy, templates=self.templates)
+            round_=round_, island=island, response_mode=c.response_mode, policy=c.policy, templates=self.templates,
+            backend=c.backend)
         pid = f"r{round_}c{index}"
         self.store.add_prompt(self.run_id, pid, round_, island, parent.id if parent else None, prompt.text,
                               prompt.digest)

@@ -112,10 +112,15 @@ def build_prompt(*, task_name: str, reference: str, parent_code: str, parent_ver
                  top: Sequence[ProgramLike] = (), diverse: Sequence[ProgramLike] = (),
                  failures: Sequence[ProgramLike] = (), hardware: dict[str, Any] | None = None,
                  round_: int = 0, island: int = 0, response_mode: str = "full", policy: str = "strict",
-                 templates: dict[str, str] | None = None) -> Prompt:
+                 templates: dict[str, str] | None = None, backend: str = "triton") -> Prompt:
+    from kernelsmith.backends import get_backend
+
     templates = templates or load_templates()
-    policy_note = "" if policy == "strict" else " (torch operators are allowed, but at least one Triton kernel must run)"
+    be = get_backend(backend)
+    kernel = "Triton kernel" if backend == "triton" else f"{be.language} kernel of your extension"
+    policy_note = "" if policy == "strict" else f" (torch operators are allowed, but at least one {kernel} must run)"
     system = templates["system.md"].format(
+        language=be.language, backend_rules=be.prompt_notes,
         policy_note=policy_note, response_rules=RESPONSE_RULES[response_mode],
         tolerance_note="1e-3 (fp32), 1e-2 (fp16), 2e-2 (bf16) relative to the output's scale")
     instruction = ("Propose one improved version of the current program: faster, and correct. "

@@ -122,6 +122,8 @@ def _remote_judge(config: RunConfig, task: Any) -> Any:
     client = RefereeClient(config.referee_url, os.environ.get(config.referee_token_env) or None,
                            timeout_s=config.eval_timeout_s + 60)
     options = {"device": config.device, "policy": config.policy, "timeout_s": config.eval_timeout_s}
+    if config.backend != "triton":
+        options["backend"] = config.backend
     try:
         health = client.check()
     except ServiceError as exc:
@@ -164,7 +166,8 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
         proposer = _cached(RunStore(recorded), None)
     else:
         proposer = _cached(store, inner)
-    opts = EvalOptions(device=config.device, policy=config.policy, timeout_s=config.eval_timeout_s)
+    opts = EvalOptions(device=config.device, policy=config.policy, timeout_s=config.eval_timeout_s,
+                       backend=config.backend)
     if config.referee_url:
         judge = _remote_judge(config, task)
     else:

@@ -589,11 +589,67 @@ def _evolve_region(source: str) -> tuple[int, int] | None:
 
 
 def knobs(source: str) -> list[Knob]:
-    """Every tunable knob of the program, in source order; [] when there is none or it does not parse."""
+    """Every tunable knob of the program, in source order; [] when there is none or it does not parse.
+    Triton launch configurations, and thread counts in CUDA C++ source strings (`cuda_knobs`)."""
     try:
-        return _Analysis(source).run()
+        found = _Analysis(source).run()
     except (SyntaxError, ValueError, RecursionError):
-        return []
+        found = []
+    try:
+        found += cuda_knobs(source)
+    except (SyntaxError, ValueError, RecursionError):
+        pass
+    return sorted(found, key=lambda k: (k.line, k.col))
+
+
+# CUDA C++ in string literals (the cuda backend's `load_inline` sources): thread-block sizes only — a modest
+# set whose values every kernel tolerates when it is written against the macro/variable (grid derived from it).
+CUDA_THREADS = tuple(2**i for i in range(5, 11))  # 32..1024: a warp to the per-block maximum
+_CUDA_THREAD_NAME = r"(?:[A-Z_]*(?:THREADS|BLOCK_SIZE|BLOCK_DIM)[A-Z_0-9]*|BLOCK|threads(?:_per_block)?|" \
+                    r"block_size|num_threads|kThreads|kBlockSize)"
+_CUDA_PATTERNS = (
+    ("define", re.compile(r"#define\s+(" + _CUDA_THREAD_NAME + r")\s+\(?(\d+)\)?")),
+    ("var", re.compile(r"\b(?:constexpr\s+|const\s+|static\s+)*(?:int|unsigned|int64_t|size_t|dim3|auto)\s+("
+                       + _CUDA_THREAD_NAME + r")\s*(?:=|\()\s*(\d+)")),
+    ("launch", re.compile(r"<<<\s*[^,<>]+?,\s*()(\d+)\s*(?:,|>>>)")),
+)
+
+
+def cuda_knobs(source: str) -> list[Knob]:
+    """Thread counts in string literals holding CUDA code (`#define THREADS 256`, `const int threads = 256;`,
+    `<<<blocks, 256>>>`), inside the EVOLVE-BLOCK when there is one. Positions are the digits in the Python
+    source, so an edit is a literal for a literal (escape sequences never contain digits we match)."""
+    tree = ast.parse(source)
+    region = _evolve_region(source)
+    offsets = _line_offsets(source)
+    out: list[Knob] = []
+    seen: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and "__global__" in node.value
+                or isinstance(node, ast.Constant) and isinstance(node.value, str) and "<<<" in node.value):
+            continue
+        start = offsets[node.lineno - 1] + _char_col(source, offsets, node.lineno, node.col_offset)
+        end = offsets[node.end_lineno - 1] + _char_col(source, offsets, node.end_lineno, node.end_col_offset)
+        if region and not (region[0] <= start and end <= region[1]):
+            continue
+        text = source[start:end]
+        for kind, pattern in _CUDA_PATTERNS:
+            for m in pattern.finditer(text):
+                value = int(m.group(2))
+                if value not in CUDA_THREADS:
+                    continue
+                pos = start + m.start(2)
+                line = next(i for i in range(len(offsets) - 1, -1, -1) if offsets[i] <= pos)
+                col = pos - offsets[line]
+                base = f"cuda.{m.group(1) or 'launch'}"
+                seen[base] = seen.get(base, 0) + 1
+                name = base if seen[base] == 1 else f"{base}.{seen[base]}"
+                label = (f"CUDA #define {m.group(1)}" if kind == "define" else f"CUDA {m.group(1)}" if kind == "var"
+                         else "CUDA launch threads")
+                out.append(Knob(name=name, kind="block", value=value, allowed=CUDA_THREADS, label=label,
+                                uses=(name,), grow_only=False, line=line + 1, col=col, end_line=line + 1,
+                                end_col=col + len(m.group(2))))
+    return out
 
 
 def _apply(source: str, edits: Iterable[tuple[Knob, int]]) -> str:
