@@ -226,3 +226,7 @@ def _register_parts() -> None:
 
 
 _register_parts()
+
+
+if __name__ == "__main__":  # python -m kernelsmith.cli
+    main()
