@@ -9,6 +9,8 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelsmith import pyast
+
 BLOCK_START = "# EVOLVE-BLOCK-START"
 BLOCK_END = "# EVOLVE-BLOCK-END"
 
@@ -20,7 +22,7 @@ class CandidateError(ValueError):
 def normalise(source: str) -> str:
     """Source with comments, blank lines and formatting removed, so trivially equal programs hash equal."""
     try:
-        return ast.unparse(ast.parse(source))
+        return ast.unparse(pyast.parse(source))
     except SyntaxError:
         out = []
         try:

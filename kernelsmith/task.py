@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelsmith import pyast
+
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 CPU_OVERRIDES_NAME = "CPU_OVERRIDES"
 
@@ -63,14 +65,14 @@ def rewrite_constants(source: str, overrides: dict[str, Any], filename: str = "<
     """Return `source` with top-level literal constants replaced, so dependent constants follow too."""
     if not overrides:
         return source
-    tree = ast.parse(source, filename=filename)
+    tree = pyast.parse(source, filename=filename)
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             if node.targets[0].id in overrides:
-                node.value = ast.parse(repr(overrides[node.targets[0].id]), mode="eval").body
+                node.value = pyast.parse(repr(overrides[node.targets[0].id]), mode="eval").body
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             if node.target.id in overrides and node.value is not None:
-                node.value = ast.parse(repr(overrides[node.target.id]), mode="eval").body
+                node.value = pyast.parse(repr(overrides[node.target.id]), mode="eval").body
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
@@ -103,7 +105,7 @@ class Task:
         except (OSError, UnicodeDecodeError) as exc:
             raise TaskError(f"{path}: cannot read task file ({exc.__class__.__name__}: {exc})") from None
         try:
-            tree = ast.parse(original, filename=str(path))
+            tree = pyast.parse(original, filename=str(path))
         except SyntaxError as exc:
             raise TaskError(f"{path}:{exc.lineno}: syntax error in task: {exc.msg}") from None
         defined = {

@@ -50,6 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kernelsmith import pyast
 from kernelsmith.backends import BuildResult
 
 MAX_EXTENSIONS = 4
@@ -155,7 +156,7 @@ def normalize_spec(args: dict[str, Any]) -> dict[str, Any]:
 def extract_specs(source: str) -> list[dict[str, Any]]:
     """Every `load_inline(...)` call of the candidate, read statically; `CudaSourceError` says what is wrong."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError as exc:
         raise CudaSourceError(f"candidate is not valid Python: {exc.msg} (line {exc.lineno})") from None
     names = _module_literals(tree)

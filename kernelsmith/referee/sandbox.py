@@ -73,6 +73,10 @@ def child_env(work_dir: Path, device: str) -> dict[str, str]:
         "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
         "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
         "MALLOC_TOP_PAD_": "0",
+        # glibc fills every malloc'd block (beyond the per-thread cache's small sizes) with 0xFE and freed
+        # ones with 0x01: unwritten CPU output reads as garbage whatever the heap's layout (the worker
+        # changes the byte per run, so two runs see different garbage).
+        "MALLOC_PERTURB_": "1",
     })
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"

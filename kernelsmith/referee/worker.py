@@ -12,6 +12,7 @@ Results go to JSON and `.pt` files in JOB_DIR; the parent compares them. Uses to
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -24,6 +25,14 @@ from typing import Any
 ROLE_REFERENCE = "reference"
 ROLE_CANDIDATE = "candidate"
 POISON_A, POISON_B = 0xFF, 0x7F  # NaN-filled floats, then huge finite ones
+# glibc's M_PERTURB fills each malloc'd block with the complement of this byte (and freed ones with the byte):
+# on the CPU that poisons every allocation, whatever the heap's layout. Set per run by `_poison`.
+M_PERTURB = -6
+PERTURB = {POISON_A: 0x01, POISON_B: 0x80}  # fills 0xFE (huge negative floats), then 0x7F (huge positive)
+try:
+    _LIBC: Any = ctypes.CDLL(None)  # loaded before any candidate code exists in this process
+except OSError:  # pragma: no cover - not glibc
+    _LIBC = None
 
 CUDA_CRASH_MARKERS = (
     "CUDA error:",  # any sticky CUDA error leaves the context unusable (out-of-memory is not one of them)
@@ -97,6 +106,25 @@ def _fingerprint(tensors: list[Any]) -> str:
             c = flat.to("cpu").contiguous()
             h.update(str((tuple(t.shape), str(t.dtype))).encode())
             h.update(memoryview(c.view(torch.uint8).numpy()) if c.numel() else b"")
+        else:
+            h.update(repr(t).encode())
+    return h.hexdigest()
+
+
+def _bytes_digest(tensors: list[Any], copy: bool = False) -> str:
+    """Every byte of host-resident inputs. The output poisoning on the CPU relies on the heap's layout, so the
+    mutation check keeps a fixed pattern: in place before forward, through one bytes copy (freed at once)
+    after it, which leaves a free input-sized chunk the next poisoning coalesces with."""
+    import torch
+
+    h = hashlib.blake2b(digest_size=16)
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            c = t.detach().contiguous().reshape(-1)
+            h.update(str((tuple(t.shape), str(t.dtype), str(t.device))).encode())
+            if c.numel() and c.device.type == "cpu":
+                raw = c.view(torch.uint8).numpy()
+                h.update(raw.tobytes() if copy else memoryview(raw))
         else:
             h.update(repr(t).encode())
     return h.hexdigest()
@@ -247,6 +275,8 @@ def _poison(sizes: list[int], byte: int, device: str) -> None:
     """Fill soon-to-be-reused allocator blocks with garbage so reads of unwritten output memory show."""
     import torch
 
+    if device == "cpu" and _LIBC is not None and hasattr(_LIBC, "mallopt"):
+        _LIBC.mallopt(M_PERTURB, PERTURB.get(byte, 0x01))
     # Slack: CPU tensors come from posix_memalign(64, n), which needs a chunk somewhat larger than n.
     blocks = [torch.full((n + 4096,), byte, dtype=torch.uint8, device=device) for n in sizes if n > 0]
     del blocks
@@ -296,7 +326,7 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
     device = job["device"]
     cand_path = job_dir / "candidate.py"
     me = sys.modules[__name__]
-    watch = [("worker", me, name) for name in ("_fingerprint", "_unchanged", "_save", "_poison", "_write_json", "_time", "Cases")]
+    watch = [("worker", me, name) for name in ("_fingerprint", "_unchanged", "_bytes_digest", "_save", "_poison", "_write_json", "_time", "Cases")]
     guards = GuardSession(str(cand_path), device, job["policy"], job.get("require_kernel", True), watch,
                           str(job_dir), backend=job.get("backend", "triton"))
     task = _load_task(job, job_dir)
@@ -343,7 +373,9 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
             fingerprint = _fingerprint(inputs)
             in_sizes = [t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)]
             if job.get("poison", True):
-                _poison(out_sizes + in_sizes, byte, device)
+                # On the GPU the pristine copy `_unchanged` compared the last inputs with is a freed block too.
+                _poison(out_sizes + in_sizes * (2 if device == "cuda" else 1), byte, device)
+            before = _bytes_digest(inputs) if device != "cuda" else None
             with guards.watch(), torch.no_grad():
                 out = model(*inputs)
             if device == "cuda":
@@ -356,7 +388,8 @@ def run_candidate(job: dict[str, Any], job_dir: Path) -> None:
             _save(out_dir / f"{run_name}.pt", tensors)
             phase1["cases"][run_name] = {
                 "fingerprint": fingerprint,
-                "inputs_unchanged": _unchanged(inputs, cases.inputs(run_name.removesuffix("_repeat"))),
+                "inputs_unchanged": (_bytes_digest(inputs, copy=True) == before if before is not None
+                                     else _unchanged(inputs, cases.inputs(run_name.removesuffix("_repeat")))),
             }
             del inputs
             guards.check_tamper()

@@ -33,6 +33,7 @@ import ast
 import itertools
 from typing import Any
 
+from kernelsmith import pyast
 from kernelsmith.candidate import Candidate
 
 # `tl.*` calls that move data or compute indices rather than doing the kernel's arithmetic.
@@ -301,7 +302,7 @@ def _is_tile(name: str) -> bool:
 def kernel_features(source: str) -> dict[str, Any]:
     """Static features of `source`; never raises: broken code gives `parse_error=True`."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) and exc.lineno else ""
         msg = exc.msg if isinstance(exc, SyntaxError) else str(exc)
@@ -409,7 +410,7 @@ def _features(source: str, tree: ast.Module) -> dict[str, Any]:
 
     block = Candidate(source).block
     try:
-        block_tree: ast.AST = ast.parse(block)
+        block_tree: ast.AST = pyast.parse(block)
     except (SyntaxError, ValueError):
         block_tree = tree
     d["ast_nodes"] = d["complexity"] = sum(1 for _ in ast.walk(block_tree))

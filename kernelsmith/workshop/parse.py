@@ -5,10 +5,10 @@ Every failure is a `ParseError` with a reason the workshop stores as a failed at
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 
+from kernelsmith import pyast
 from kernelsmith.candidate import BLOCK_END, BLOCK_START, Candidate
 
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
@@ -45,7 +45,7 @@ def _pick(blocks: list[str]) -> str:
 
 def _check_syntax(source: str) -> None:
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except SyntaxError as exc:
         raise ParseError(f"the program has a syntax error at line {exc.lineno}: {exc.msg}") from None
 

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from kernelsmith import pyast
 from kernelsmith.candidate import BLOCK_END, BLOCK_START
 
 WARPS = (1, 2, 4, 8, 16)
@@ -200,7 +201,7 @@ class _Found:
 class _Analysis:
     def __init__(self, source: str):
         self.source = source
-        self.tree = ast.parse(source)
+        self.tree = pyast.parse(source)
         self.parent: dict[ast.AST, ast.AST] = {}
         for node in ast.walk(self.tree):
             for child in ast.iter_child_nodes(node):
@@ -619,7 +620,7 @@ def cuda_knobs(source: str) -> list[Knob]:
     """Thread counts in string literals holding CUDA code (`#define THREADS 256`, `const int threads = 256;`,
     `<<<blocks, 256>>>`), inside the EVOLVE-BLOCK when there is one. Positions are the digits in the Python
     source, so an edit is a literal for a literal (escape sequences never contain digits we match)."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     region = _evolve_region(source)
     offsets = _line_offsets(source)
     out: list[Knob] = []
@@ -662,7 +663,7 @@ def _apply(source: str, edits: Iterable[tuple[Knob, int]]) -> str:
     out = source
     for start, end, text in sorted(spans, reverse=True):
         out = out[:start] + text + out[end:]
-    ast.parse(out)  # a literal for a literal: always parses; checked anyway
+    pyast.parse(out)  # a literal for a literal: always parses; checked anyway
     return out
 
 
@@ -690,7 +691,7 @@ def sweep(source: str, knob_name: str, values: Iterable[int] | None = None) -> l
 def mutate(source: str, rng: random.Random, n_changes: int = 1) -> Mutation:
     """Move `n_changes` distinct knobs (fewer if the program has fewer) one step each, chosen by `rng`."""
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except SyntaxError as exc:
         raise NothingToMutate(f"program does not parse: {exc.msg} (line {exc.lineno})") from None
     movable = [k for k in knobs(source) if k.moves()]

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from kernelsmith import pyast
 from kernelsmith.task import Task, load_module
 from kernelsmith.workshop.offline import templates_triton as T
 
@@ -1214,7 +1215,7 @@ def _free_names(tree: ast.AST) -> set[str]:
 def _class_source(task_source: str, forward: str, doc: str) -> tuple[str, list[str], list[str]]:
     """ModelNew: the reference's Model class (same __init__ code) with `forward` replaced; plus the task's
     imports and the top-level definitions the class needs."""
-    tree = ast.parse(task_source)
+    tree = pyast.parse(task_source)
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
     if cls is None:
         raise SeedUnsupported("the task defines no class Model")
