@@ -193,6 +193,8 @@ def test_sigkill_mid_round_then_resume_matches_uninterrupted(full_run: Path, stu
     q = "select p.name, p.digest, v.status from programs p join verdicts v on v.program_id = p.id order by p.name"
     assert db_rows(run_dir, q) == db_rows(full_run, q)
     assert db_rows(run_dir, "select count(*) from pending")[0][0] == 0
+    prompts = "select child, hash from prompts order by child"  # each child's prompt recorded once
+    assert db_rows(run_dir, prompts) == db_rows(full_run, prompts)
 
 
 def test_token_budget_stops_the_run_cleanly(stub: OpenAIStub, tmp_path: Path) -> None:

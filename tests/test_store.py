@@ -77,7 +77,7 @@ def test_round_trips(store):
     p = store.add_prompt(run, "prompt one", round=1, island=2, parent_id=a)
     assert store.prompts(run)[0] | {"created": 0} == {
         "id": p, "run_id": run, "round": 1, "island": 2, "parent_id": a, "text": "prompt one", "hash": h,
-        "created": 0,
+        "created": 0, "child": None,
     }
     assert store.cached_response(h) is None
     assert store.cache_response(h, "model-a", "answer", {"prompt_tokens": 10})
@@ -282,3 +282,23 @@ def test_key_shaped_text_is_redacted(store):
     cached = store.cached_response("h1")
     assert "ghp_" not in cached["text"] and "sk-" not in str(cached["usage"])
     assert store.prompts(run)[0]["hash"] == "h1"
+
+
+def test_prompt_recorded_once_per_child_and_old_databases_gain_the_column(tmp_path: Path) -> None:
+    db = tmp_path / "run.db"
+    store = RunStore(db)
+    run = store.create_run({"task": "t"})
+    first = store.add_prompt(run, "round 1 prompt", round=1, child="r1c0")
+    assert store.add_prompt(run, "round 1 prompt", round=1, child="r1c0") == first  # a resumed run's rebuild
+    other = store.add_prompt(run, "round 1 prompt, changed", round=1, child="r1c0")  # different text: kept
+    assert other != first and [p["child"] for p in store.prompts(run)] == ["r1c0", "r1c0"]
+    store.close()
+    con = sqlite3.connect(db)  # a database written before the column existed
+    con.execute("ALTER TABLE prompts DROP COLUMN child")
+    con.commit()
+    con.close()
+    store = RunStore(db)
+    assert [p["child"] for p in store.prompts(run)] == [None, None]
+    store.add_prompt(run, "round 2 prompt", round=2, child="r2c0")
+    assert store.prompts(run)[-1]["child"] == "r2c0"
+    store.close()

@@ -87,7 +87,7 @@ class Ledger:
     def add_prompt(self, run_id: str, name: str, round_: int, island: int, parent: str | None, text: str,
                    digest: str) -> None:
         self.store.add_prompt(run_id, text, round=round_, island=island,
-                              parent_id=self._id(run_id, parent) if parent else None, hash=digest)
+                              parent_id=self._id(run_id, parent) if parent else None, hash=digest, child=name)
 
 
 def _cached(store: RunStore, inner: Any) -> CachedProposer:

@@ -107,6 +107,7 @@ PROMPTS = Table(
     Column("text", Text, nullable=False),
     Column("hash", String(64), nullable=False),
     Column("created", Float, nullable=False),
+    Column("child", String(64), nullable=True),  # the name of the program this prompt asked for (r{round}c{i})
     Index("ix_prompts_run", "run_id", "id"),
     Index("ix_prompts_hash", "hash"),
 )
@@ -249,6 +250,17 @@ def text_hash(text_: str) -> str:
 
 
 # ---- the store ----------------------------------------------------------------------------------------------------
+def _add_missing_columns(conn: Connection) -> None:
+    """Databases written before a nullable column existed get it (SQLite: ALTER TABLE ... ADD COLUMN)."""
+    if conn.dialect.name != "sqlite":
+        return
+    for table in (PROMPTS,):
+        have = {row[1] for row in conn.execute(text(f"PRAGMA table_info({table.name})"))}
+        for col in table.columns:
+            if col.name not in have and col.nullable:
+                conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {col.type.compile(conn.dialect)}"))
+
+
 class RunStore:
     """One database file (or URL) holding any number of runs. Thread-safe through SQLAlchemy's pool."""
 
@@ -256,6 +268,7 @@ class RunStore:
         self.url, self.engine = open_engine(path, echo=echo)
         metadata.create_all(self.engine)
         with self._tx() as conn:
+            _add_missing_columns(conn)
             if conn.execute(select(META.c.value).where(META.c.name == "schema_version")).first() is None:
                 conn.execute(insert(META).values(name="schema_version", value=str(SCHEMA_VERSION)))
 
@@ -467,14 +480,23 @@ class RunStore:
         island: int = 0,
         parent_id: int | None = None,
         hash: str | None = None,
+        child: str | None = None,
     ) -> int:
-        """Records a prompt (key-shaped strings redacted); `hash` defaults to the sha256 of the text as given."""
+        """Records a prompt (key-shaped strings redacted); `hash` defaults to the sha256 of the text as given.
+
+        With `child` (the name of the program the prompt asks for) a prompt is recorded once per child: a
+        resumed run that builds the same prompt again gets the existing row's id."""
         h = hash or text_hash(text)
         with self._tx() as conn:
+            if child is not None:
+                found = conn.execute(select(PROMPTS.c.id).where(PROMPTS.c.run_id == run_id, PROMPTS.c.child == child,
+                                                                PROMPTS.c.hash == h)).first()
+                if found is not None:
+                    return int(found[0])
             pid = conn.execute(
                 insert(PROMPTS).values(
                     run_id=run_id, round=round, island=island, parent_id=parent_id, text=redact(text), hash=h,
-                    created=time.time(),
+                    created=time.time(), child=child,
                 )
             ).inserted_primary_key[0]
         return int(pid)
