@@ -36,11 +36,9 @@ class RefereeClient:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kw: Any) -> Any:
+    def _call(self, method: str, path: str, *, raw: bool = False, **kw: Any) -> Any:
         try:
             r = self.http.request(method, path, **kw)
-            if path == "/metrics" and r.status_code < 400:
-                return r.text
         except httpx.HTTPError as exc:
             raise ServiceUnavailable(f"{method} {path}: {type(exc).__name__}: {exc}") from None
         if r.status_code >= 400:
@@ -49,14 +47,14 @@ class RefereeClient:
             except ValueError:
                 detail = r.text
             raise ServiceError(f"{method} {path}: HTTP {r.status_code}: {detail}")
-        return r.json()
+        return r.text if raw else r.json()
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/healthz")
 
     def check(self) -> dict[str, Any]:
         """Health, after proving the token is accepted (raises ServiceError otherwise)."""
-        self._call("GET", "/metrics")
+        self._call("GET", "/metrics", raw=True)
         return self.health()
 
     def submit(self, requests: list[dict[str, Any]]) -> dict[str, Any]:

@@ -65,15 +65,21 @@ def load_task(request: dict[str, Any], device: str) -> Any:
             raise RequestError(f"task {name}: {exc}") from None
 
 
-def check_request(request: dict[str, Any], device: str) -> None:
-    """Raise RequestError now (at submission) for a request that cannot be evaluated; nothing runs.
+def parse_request(request: dict[str, Any], device: str) -> tuple[Any, Any]:
+    """(EvalOptions, Task) for a request, or RequestError for one that cannot be evaluated; nothing runs.
 
     A candidate that does not even parse is not a bad request: that is its verdict (`compile_error`)."""
-    options_from(request, device)
-    load_task(request, device)
+    opts = options_from(request, device)
+    task = load_task(request, device)
     source = request.get("candidate_source")
     if not isinstance(source, str) or not source.strip():
         raise RequestError("candidate_source: missing or empty")
+    return opts, task
+
+
+def check_request(request: dict[str, Any], device: str) -> None:
+    """Raise RequestError now (at submission) for a request that cannot be evaluated."""
+    parse_request(request, device)
 
 
 class LocalPool:
@@ -110,10 +116,7 @@ class LocalPool:
         from kernelsmith.referee.evaluation import evaluate
 
         try:
-            opts = options_from(request, self.device)
-            task = load_task(request, self.device)
-            if not isinstance(request.get("candidate_source"), str):
-                raise RequestError("candidate_source: missing")
+            opts, task = parse_request(request, self.device)
         except RequestError as exc:
             return {"status": "bad_request", "correct": False, "error": str(exc)}
         gpu = self._pick()
