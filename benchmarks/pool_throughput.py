@@ -106,6 +106,8 @@ def main() -> None:
     items = batch(args.n, args.tasks)
     with tempfile.TemporaryDirectory() as tmp:
         serial_s, serial_v = serial(items, args.device, Path(tmp))
+    args.out.write_text(json.dumps({"serial_s": serial_s, "serial": serial_v}))  # kept if the pool run is cut off
+    print(f"serial: {args.n} in {serial_s:.1f} s", flush=True)
     pool_s, pool_v = pooled(items, args.device, args.slots)
     rows = []
     for (task, _, kind), a, b in zip(items, serial_v, pool_v):
