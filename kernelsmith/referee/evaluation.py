@@ -353,6 +353,8 @@ def _judge_timing(judge: _Judge, phase2: dict[str, Any], refs: dict[str, list[to
     v.speedup_ci = [round(x, 4) for x in t["speedup_ci"]]
     v.timing.update({k: t[k] for k in ("method", "reps", "ref_spread", "cand_spread", "hidden_work_ms")})
     v.timing["bandwidth_gbs"] = round(phase2["bandwidth"] / 1e9, 1)
+    if "sample_ci" in t["extra"]:  # the bootstrap alone; speedup_ci adds the between-process floor
+        v.timing["sample_ci"] = [round(x, 4) for x in t["extra"]["sample_ci"]]
     if t["canary_failures"]:
         judge.finding("cached_result", f"{t['canary_failures']} timed calls returned outputs that do not match "
                       "the reference on the same inputs (results cached across calls?)", Severity.FAIL)
