@@ -125,6 +125,7 @@ def test_resume_with_other_settings_is_refused(tree: dict[str, Path], eval_bench
     (("{tasks}", "--levels", "3"), "no tasks found for levels 3"),
     (("{tasks}", "--set", "no_such_constant=4"), "no_such_constant: no selected task defines"),
     (("{tasks}", "--candidates", "{base}/missing"), "missing: --candidates is not a directory"),
+    (("{tasks}", "--backend", "hip"), "--backend 'hip': expected one of triton, cuda"),
 ])
 def test_bad_input_exits_2_naming_the_path(tree: dict[str, Path], extra: tuple[str, ...], expected: str) -> None:
     empty = tree["base"] / "empty"
@@ -137,6 +138,18 @@ def test_bad_input_exits_2_naming_the_path(tree: dict[str, Path], extra: tuple[s
     assert isinstance(result.exception, SystemExit)  # no traceback: a clean exit
     assert "Traceback" not in result.output
     assert expected.format(base=tree["base"]) in " ".join(result.output.split())
+
+
+def test_backend_reaches_the_referee(tree: dict[str, Path]) -> None:
+    """`--backend cuda` judges the candidates as CUDA C++: Triton files have no load_inline source to build."""
+    out = tree["base"] / "cuda-bench"
+    result = runner.invoke(app, ["bench", str(tree["tasks"]), "--candidates", str(tree["cands"]), "--device", "cpu",
+                                 "--backend", "cuda", "--out", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    judged = [r for r in rows if r["status"] != "no_candidate"]
+    assert judged and all(r["status"] == "compile_error" and "load_inline" in r["error"] for r in judged), rows
+    assert json.loads((out / "bench.json").read_text())["settings"]["backend"] == "cuda"
 
 
 def test_eval_mode_needs_candidates(tree: dict[str, Path]) -> None:

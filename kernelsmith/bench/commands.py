@@ -62,6 +62,7 @@ def bench_command(
     against_compile: Annotated[bool, typer.Option(
         "--against-compile", help="Also time torch.compile of each reference (cuda only) and report the "
                                   "metrics against it")] = False,
+    backend: Annotated[str, typer.Option(help="triton, or cuda (CUDA C++ through load_inline)")] = "triton",
     policy: Annotated[str, typer.Option(help="strict or lenient (see kernelsmith eval)")] = "strict",
     timeout: Annotated[float, typer.Option(help="Seconds per evaluation")] = 300.0,
     trials: Annotated[int, typer.Option(help="Random input sets per evaluation (eval mode)")] = 5,
@@ -96,7 +97,7 @@ def bench_command(
 
     try:
         overrides = parse_overrides(set_)
-        settings = BenchSettings(mode=mode, device=device, policy=policy, overrides=overrides,
+        settings = BenchSettings(mode=mode, device=device, backend=backend, policy=policy, overrides=overrides,
                                  candidates=str(candidates) if candidates else None, trials=trials,
                                  timeout_s=timeout, against_compile=against_compile, rounds=rounds,
                                  population=population, model=model, base_url=base_url, api_key_env=api_key_env,

@@ -42,6 +42,7 @@ TASK_COLUMNS = ("task", "level", "status", "speedup", "speedup_ci", "speedup_vs_
 class BenchSettings:
     mode: str = "eval"  # eval | evolve
     device: str = "cuda"
+    backend: str = "triton"  # what the candidates are written in (kernelsmith.backends)
     policy: str = "strict"
     overrides: dict[str, Any] = field(default_factory=dict)
     candidates: str | None = None
@@ -62,6 +63,10 @@ class BenchSettings:
             raise BenchInputError(f"--mode {self.mode!r}: expected eval or evolve")
         if self.device not in ("cuda", "cpu"):
             raise BenchInputError(f"--device {self.device!r}: expected cuda or cpu")
+        from kernelsmith.backends import BACKEND_NAMES
+
+        if self.backend not in BACKEND_NAMES:
+            raise BenchInputError(f"--backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)}")
         if self.mode == "eval" and not self.candidates:
             raise BenchInputError("--mode eval needs --candidates DIR (a folder of ModelNew files named like the "
                                   "tasks, e.g. solutions/)")
@@ -124,6 +129,7 @@ def open_out(out: Path, settings: BenchSettings) -> ResultLog:
     if meta.exists():
         try:
             old = json.loads(meta.read_text()).get("settings", {})
+            old.setdefault("backend", "triton")  # benches written before the setting existed were Triton
         except (json.JSONDecodeError, AttributeError):
             raise BenchInputError(f"{meta}: unreadable bench settings; use another --out") from None
         changed = sorted(k for k in set(old) | set(ident) if old.get(k) != ident.get(k))
@@ -153,7 +159,7 @@ def _eval_task(t: BenchTask, s: BenchSettings) -> dict[str, Any]:
     except CandidateError as exc:
         return {"status": BAD_CANDIDATE, "error": _first_line(str(exc)), "candidate": str(path)}
     v = evaluate(t.task, cand, EvalOptions(device=s.device, policy=s.policy, timeout_s=s.timeout_s,
-                                           trials=s.trials)).to_dict()
+                                           trials=s.trials, backend=s.backend)).to_dict()
     return {"status": v["status"], "speedup": v.get("speedup"), "speedup_ci": v.get("speedup_ci"),
             "ref_ms": v.get("ref_ms"), "cand_ms": v.get("cand_ms"), "error": _first_line(v.get("error")),
             "guards": [g["name"] for g in v.get("guards") or []], "candidate": str(path),
@@ -167,7 +173,7 @@ def _evolve_task(t: BenchTask, s: BenchSettings, out: Path, display: Any) -> dic
     run_dir = out / "runs" / t.slug
     flags: dict[str, Any] = {"task": t.path, "rounds": s.rounds, "population": s.population, "device": s.device,
                              "run_dir": run_dir, "proposer": s.proposer, "policy": s.policy,
-                             "eval_timeout_s": s.timeout_s}
+                             "eval_timeout_s": s.timeout_s, "backend": s.backend}
     if t.overrides:
         flags["overrides"] = t.overrides
     if s.model:
