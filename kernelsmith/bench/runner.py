@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelsmith.backends import BACKEND_NAMES
 from kernelsmith.bench.metrics import by_level, to_csv
 from kernelsmith.bench.tasks import BenchInputError, BenchTask, candidate_for
 
@@ -63,8 +64,6 @@ class BenchSettings:
             raise BenchInputError(f"--mode {self.mode!r}: expected eval or evolve")
         if self.device not in ("cuda", "cpu"):
             raise BenchInputError(f"--device {self.device!r}: expected cuda or cpu")
-        from kernelsmith.backends import BACKEND_NAMES
-
         if self.backend not in BACKEND_NAMES:
             raise BenchInputError(f"--backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)}")
         if self.mode == "eval" and not self.candidates:
