@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import (
+    CANDIDATES,
     TASK_PAIR,
     TASK_TINY,
     EvalPool,
@@ -26,6 +27,7 @@ from conftest import (
     needed_jobs,
 )
 
+from kernelsmith.referee.sandbox import Limits
 from kernelsmith.referee.verdict import Severity, Status, Verdict
 
 SECRET_NAME = "KERNELSMITH_TEST_API_KEY"  # a made-up name, so no real key of whoever runs the tests is involved
@@ -41,6 +43,66 @@ OBFUSCATIONS = {  # spelling of the torch call -> the aten operator the referee 
     "clamp": ("torch.clamp(x, min=0)", "aten::clamp"),
 }
 CONCURRENCY = ("thread", "fork", "subprocess")
+
+# The rebuild's attack suite (tests/candidates/attack_template.py): job -> (prelude at import, forward body,
+# statuses allowed, guards that must be named). Each is a class of attack that worked against the old referee.
+RET = "        return y"
+ZEROS = "        scratch = relu(x)\n        y = torch.zeros_like(x)\n" + RET  # a kernel ran; the answer is wrong
+ATTACKS = {
+    # Forged report: messages written straight to the judge's link (raw fd, no socket object) before any work.
+    "forge_message": ('_fd = int(os.environ["KERNELSMITH_FD"])\n'
+                      'os.write(_fd, b\'{"op": "ready"}\')\n'
+                      'os.write(_fd, b\'{"op": "output", "case": "trial0", "n_outputs": 0, "values": []}\')',
+                      "        y = relu(x)\n" + RET, {Status.REJECTED}, ["protocol_violation"]),
+    # Seeds readable: look everywhere for the referee's job files; compute nothing.
+    "seek_seeds": ('_hits = []\n'
+                   'for _root in ("/", "/tmp", "/job", "/dev/shm", os.environ.get("HOME", "/")):\n'
+                   '    try:\n'
+                   '        _hits += [n for n in os.listdir(_root) if n.endswith((".json", ".pt")) or "seed" in n]\n'
+                   '    except OSError:\n'
+                   '        pass\n'
+                   'print("SEEDS FOUND", _hits, flush=True)',
+                   ZEROS, {Status.INCORRECT}, ["output_mismatch"]),
+    # The judge attacked: its parent killed or stopped (in the sandbox that is the sandbox's own init).
+    "kill_parent": ("os.kill(os.getppid(), signal.SIGKILL)", "        y = relu(x)\n" + RET, {Status.REJECTED},
+                    ["referee_access"]),
+    "stop_parent": ("os.kill(os.getppid(), signal.SIGSTOP)", "        y = relu(x)\n" + RET, {Status.REJECTED},
+                    ["referee_access"]),
+    "kill_everyone": ("os.kill(-1, signal.SIGKILL)", "        y = relu(x)\n" + RET, {Status.REJECTED},
+                      ["referee_access"]),
+    # The audit hook fooled by a foreign co_filename (a thread and a torch call "from the stdlib").
+    "foreign_filename": ('exec(compile("import torch\\ndef sneaky(x):\\n    return torch.relu(x)\\n", '
+                         '"/usr/lib/python3/threading.py", "exec"), globals())',
+                         "        y = sneaky(x)\n" + RET, {Status.REJECTED}, ["tampering"]),
+    "foreign_code_replace": ("def _f(x):\n    return torch.relu(x)\n"
+                             "_f.__code__ = _f.__code__.replace(co_filename='/usr/lib/python3/os.py')",
+                             "        y = _f(x)\n" + RET, {Status.REJECTED}, ["tampering"]),
+    # The strict policy switched off from inside.
+    "exclude_python_key": ("", "        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet("
+                           "torch._C.DispatchKey.Python)):\n            y = torch.relu(x)\n" + RET,
+                           {Status.REJECTED}, ["tampering"]),
+    "redispatch": ("", "        ks = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)\n"
+                   "        y = torch.ops.aten.relu.default.redispatch(ks, x)\n" + RET, {Status.REJECTED},
+                   ["tampering"]),
+    "torch_in_grid": ("_out = []\n"
+                      "def _grid(meta):\n    _out.append(torch.relu(_x[0]))\n    return (0,)\n_x = []",
+                      "        _x[:] = [x]\n        _out.clear()\n        scratch = torch.empty_like(x)\n"
+                      "        relu_kernel[_grid](x, scratch, x.numel(), BLOCK=1024)\n        y = _out[0]\n" + RET,
+                      {Status.REJECTED}, ["torch_compute_op"]),
+    "empty_grid_numpy": ("", "        scratch = torch.empty_like(x)\n"
+                         "        relu_kernel[(0,)](x, scratch, x.numel(), BLOCK=1024)\n"
+                         "        y = torch.from_numpy(np.maximum(x.numpy(), 0))\n" + RET,
+                         {Status.REJECTED}, ["no_triton_kernel"]),
+    "output_attribute": ("", "        y = torch.empty_like(x)\n        y.detach = lambda: torch.relu(x)\n" + RET,
+                         {Status.REJECTED, Status.INCORRECT, Status.RUNTIME_ERROR}, ["output_not_dense"]),
+    "patch_tensor_class": ("torch.Tensor.__eq__ = lambda a, b: True", "        y = relu(x)\n" + RET,
+                           {Status.REJECTED}, ["tampering"]),
+    # Memory and output floods, /dev/shm left behind.
+    "stdout_flood": ("", "        os.write(1, b'F' * (64 << 20))\n" + ZEROS, {Status.INCORRECT},
+                     ["output_mismatch"]),
+    "shm_leftover": ('open("/dev/shm/kernelsmith-attack-leftover", "wb").write(b"x" * 4096)',
+                     ZEROS, {Status.INCORRECT}, ["output_mismatch"]),
+}
 
 
 def _cli_eval(job: Job) -> dict:
@@ -95,7 +157,26 @@ def _jobs(gen: Path) -> list[Job]:
     for how in CONCURRENCY:
         path = from_template("adv_concurrency_template.py", "__HOW__", how, gen / f"conc_{how}.py")
         jobs.append(Job(f"conc_{how}", path))
+    template = (CANDIDATES / "attack_template.py").read_text()
+    for name, (prelude, forward, _, _) in ATTACKS.items():
+        path = gen / f"attack_{name}.py"
+        path.write_text(template.replace("__PRELUDE__", prelude).replace("__FORWARD__", forward))
+        jobs.append(Job(f"attack_{name}", path))
+    jobs.append(Job("runaway_memory", _runaway(gen), options={"limits": Limits(memory_mb=768)}))
+    jobs.append(Job("hostile_task", "good_relu.py", task=from_template("task_hostile.py", "__MARKER__",
+                                                                        str(gen / "task-escaped.txt"),
+                                                                        gen / "task_hostile.py")))
+    jobs.append(Job("probe_poison", "probe_poison.py"))
     return jobs
+
+
+def _runaway(gen: Path) -> Path:
+    """Allocates without end in forward (numpy: no torch allocator cache in the way)."""
+    path = gen / "attack_runaway.py"
+    body = "        hog = []\n        while True:\n            hog.append(np.ones(32 << 20))\n"
+    path.write_text((CANDIDATES / "attack_template.py").read_text().replace("__PRELUDE__", "")
+                    .replace("__FORWARD__", body))
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +230,6 @@ CAUGHT = [
     ("decoy_strict", {Status.REJECTED}, ["torch_compute_op"]),
     ("zeros", {Status.INCORRECT}, ["output_mismatch"]),
     ("inplace", {Status.INCORRECT}, ["input_mutated"]),
-    ("default_dtype", {Status.REJECTED}, ["input_generation"]),  # fp16 inputs made by torch's default dtype
     ("cache", {Status.INCORRECT}, ["cached_result"]),
     ("uninit_assume_zero", {Status.INCORRECT}, ["poisoned_memory"]),
     ("patch_allclose", {Status.REJECTED, Status.INCORRECT}, ["tampering"]),
@@ -160,15 +240,17 @@ CAUGHT = [
     ("foreign_kernel", {Status.REJECTED}, ["no_triton_kernel"]),
     *[(f"conc_{how}", {Status.REJECTED}, ["extra_thread"]) for how in CONCURRENCY],
     ("import_thread", {Status.REJECTED}, ["extra_thread"]),  # a threading.Thread started at import
-    ("patch_worker", {Status.REJECTED}, ["tampering"]),  # rebinding the worker's _save
+    ("patch_worker", {Status.REJECTED}, ["tampering"]),  # rebinding the channel's send
     # Attacks on the referee itself, refused by the audit hook (kernelsmith/referee/audit.py):
     ("hole_disable_modes", {Status.REJECTED}, ["tampering"]),  # _disable_current_modes() around a torch call
     ("hole_raw_thread", {Status.REJECTED}, ["extra_thread"]),  # _thread.start_new_thread at import
-    ("hole_patch_code", {Status.REJECTED}, ["tampering"]),  # swapping the worker's _save.__code__
+    ("hole_patch_code", {Status.REJECTED}, ["tampering"]),  # swapping the channel's encode.__code__
     ("hole_forge_results", {Status.REJECTED}, ["referee_access"]),  # reading job.json, writing phase1.json
     ("hole_precompute", {Status.REJECTED}, ["referee_access"]),  # seeds from job.json in __init__
     ("hole_escape", {Status.REJECTED}, ["native_access"]),  # libc fork() through ctypes at import
-    ("write_outside", {Status.REJECTED}, ["filesystem_write"]),  # overwriting a file outside its work dir
+    # Overwriting a file outside its work dir: refused by the audit hook, or absent from the sandbox's view.
+    ("write_outside", {Status.REJECTED, Status.RUNTIME_ERROR}, []),
+    *[(f"attack_{name}", statuses, guards) for name, (_, _, statuses, guards) in ATTACKS.items()],
 ]
 
 
@@ -255,11 +337,13 @@ def test_uninitialised_tail_is_caught(pool: EvalPool) -> None:
 FILL_A, FILL_B = "fefefefe", "7f7f7f7f"  # glibc's M_PERTURB fills (worker.PERTURB): huge negative, huge positive
 
 
-@pytest.mark.uses("uninit")
+@pytest.mark.uses("probe_poison")
 def test_poisoning_reaches_every_call(pool: EvalPool) -> None:
     """Unwritten output memory holds the run's poison on every call (the repeat a different one), whatever
     the heap's layout: glibc fills each allocation (M_PERTURB, set per run by the worker)."""
-    assert _probes(pool.verdict("uninit")) == [FILL_A, FILL_B] + [FILL_A] * 4
+    v = pool.verdict("probe_poison")
+    assert v.status is Status.CORRECT, v.error
+    assert _probes(v) == [FILL_A, FILL_B] + [FILL_A] * 4
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -352,3 +436,57 @@ def test_escaped_daemon_never_starts(pool: EvalPool, gen_dir: Path) -> None:
 def test_write_outside_work_dir_is_refused(pool: EvalPool, gen_dir: Path) -> None:
     pool.verdict("write_outside")
     assert not (gen_dir / "overwritten.txt").exists()
+
+
+# --------------------------------------------------------------------------------------------------------
+# The rebuild: what the OS boundary and the judge's channel add (tests/test_sandbox.py probes the boundary alone)
+
+
+@pytest.mark.uses("default_dtype")
+def test_candidate_state_cannot_change_the_inputs(pool: EvalPool) -> None:
+    """The judge makes every input: a default dtype the candidate sets changes nothing it is judged on."""
+    v = pool.verdict("default_dtype")
+    assert v.status is Status.CORRECT and v.trials == 5, v.error
+
+
+@pytest.mark.uses("attack_seek_seeds")
+def test_no_referee_file_is_in_reach(pool: EvalPool) -> None:
+    assert "SEEDS FOUND []" in pool.verdict("attack_seek_seeds").log
+
+
+@pytest.mark.uses("attack_stdout_flood")
+def test_output_flood_is_cut(pool: EvalPool) -> None:
+    v = pool.verdict("attack_stdout_flood")
+    assert len(v.log) < 64 << 10 and "bytes cut" in v.log
+
+
+@pytest.mark.uses("attack_shm_leftover")
+def test_shared_memory_is_private_and_gone(pool: EvalPool) -> None:
+    pool.verdict("attack_shm_leftover")
+    assert not Path("/dev/shm/kernelsmith-attack-leftover").exists()
+
+
+@pytest.mark.uses("runaway_memory")
+def test_runaway_allocation_ends_at_the_limit(pool: EvalPool) -> None:
+    v = pool.verdict("runaway_memory")
+    assert v.status is Status.CRASHED and "memory limit" in v.error, v.error
+    assert v.elapsed_s < 60  # the kernel's limit, not the 120 s deadline
+
+
+@pytest.mark.uses("hostile_task")
+def test_hostile_task_code_is_sandboxed(pool: EvalPool, gen_dir: Path) -> None:
+    """Task code runs in the judge's sandbox: no secret, no write outside, no network, no other process."""
+    v = pool.verdict("hostile_task")
+    assert v.status is Status.CRASHED and "task's reference failed" in v.error, v.error
+    assert "HOSTILE env []" in v.log and "HOSTILE write refused" in v.log and "HOSTILE network refused" in v.log
+    procs = [line for line in v.log.splitlines() if line.startswith("HOSTILE processes")]
+    assert procs and max(json.loads(procs[0].split(" ", 2)[2])) < 10
+    assert not (gen_dir / "task-escaped.txt").exists()
+    assert SECRET not in v.log
+
+
+def test_every_verdict_says_how_it_was_isolated(pool: EvalPool) -> None:
+    v = pool.verdict("good_relu")
+    assert v.sandbox["isolation"] == "bwrap" and v.sandbox["uid"] == NOBODY and v.sandbox["network"] == "isolated"
+    assert v.sandbox["memory_limit"] in ("cgroup-v2", "cgroup-v1", "rlimit-data")
+    assert v.sandbox["visible_processes"] <= 3

@@ -372,27 +372,25 @@ class CudaBackend:
                 timeout = max(1.0, min(compile_timeout_s, deadline - time.monotonic()))
                 (work / "build.json").write_text(json.dumps({"specs": [e["spec"] for e in todo], "mode": mode,
                                                              "timeout_s": timeout}))
-                child = Child.start(work, device, limits or Limits(), gpu=gpu, module="kernelsmith.backends.cuda")
-                outcome = child.wait_for(work / "result.json", time.monotonic() + timeout + 5)
-                if outcome is None:
-                    child.finish(time.monotonic() + 10)
-                elif child.proc.poll() is None:
-                    child.kill()
+                child = Child.start(["-m", "kernelsmith.backends.cuda", "{work}"], device, limits or Limits(),
+                                    gpu=gpu, rw_dir=work)
+                outcome = child.wait(time.monotonic() + timeout + 5)
+                child.close()
                 try:
                     report = json.loads((work / "result.json").read_text())["results"]
                 except (OSError, ValueError, KeyError):
                     why = ("ran past the compile timeout" if outcome is not None and outcome.timed_out
                            else "exited before reporting")
                     return BuildResult(ok=False, error=f"CUDA build {why} ({timeout:.0f} s limit)",
-                                       log=child.log(4000), info={**info, "seconds": round(time.monotonic() - t0, 2)})
+                                       log=child.log()[-4000:], info={**info, "seconds": round(time.monotonic() - t0, 2)})
                 for r in report:
                     if not r["ok"]:
                         trimmed = trim_compiler_output(r["output"], r["build_dir"])
                         return BuildResult(ok=False, error=f"CUDA extension {r['name']!r} did not compile:\n{trimmed}",
                                            log=trim_compiler_output(r["output"], r["build_dir"], 20, 4, 6000),
                                            info={**info, "seconds": round(time.monotonic() - t0, 2)})
-                for e, r in zip(todo, report):
-                    self._store(cache, e, Path(r["build_dir"]), mode, r["seconds"])
+                for e, r in zip(todo, report):  # the builder names its dirs as it saw them, inside its sandbox
+                    self._store(cache, e, work / Path(r["build_dir"]).name, mode, r["seconds"])
             finally:
                 shutil.rmtree(root, ignore_errors=True)
         info["seconds"] = round(time.monotonic() - t0, 2)

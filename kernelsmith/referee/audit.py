@@ -17,6 +17,9 @@ from collections.abc import Callable
 PROC_PRIVATE = re.compile(r"^/proc/(\d+)/(task/\d+/)?(environ|mem|cmdline)")
 CONCURRENCY_EVENTS = {"_thread.start_new_thread", "os.fork", "os.forkpty", "subprocess.Popen", "os.system",
                       "os.posix_spawn", "os.spawn", "os.exec"}
+SIGNAL_EVENTS = {"os.kill", "os.killpg", "signal.pthread_kill", "os.setns", "os.unshare", "socket.__new__",
+                 "socket.connect", "socket.bind"}
+CODE_EVENTS = {"compile", "code.__new__"}
 INTROSPECTION_EVENTS = {"sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
                         "gc.get_referents", "sys._getframemodulename"}
 PATH_EVENTS = {"open", "os.rename", "os.link", "os.symlink", "os.remove", "os.rmdir", "os.truncate", "os.chmod"}
@@ -24,8 +27,8 @@ NATIVE_EVENTS = {"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes
                  "ctypes.wstring_at", "ctypes.addressof", "ctypes.call_function", "ctypes.cdata/buffer"}
 GUARDED_MODULES = ("torch", "triton", "kernelsmith", "threading", "time", "numpy")
 CODE_ATTRS = {"__code__", "__defaults__", "__kwdefaults__", "__globals__", "__closure__"}
-EVENTS = CONCURRENCY_EVENTS | INTROSPECTION_EVENTS | PATH_EVENTS | NATIVE_EVENTS | {"object.__setattr__",
-                                                                                    "object.__getattr__"}
+EVENTS = (CONCURRENCY_EVENTS | INTROSPECTION_EVENTS | PATH_EVENTS | NATIVE_EVENTS | SIGNAL_EVENTS | CODE_EVENTS
+          | {"object.__setattr__", "object.__getattr__"})
 
 
 class AuditGuard:
@@ -36,8 +39,10 @@ class AuditGuard:
         self.candidate_file = os.path.realpath(candidate_file)
         self.job_dir = os.path.realpath(job_dir)
         # Where the candidate may write: its temp and cache dirs (and Triton's cache, written inside launches).
-        self.free_dirs = tuple(os.path.join(self.job_dir, d) + os.sep for d in ("tmp", "cache", "triton-cache",
-                                                                                  "inductor-cache"))
+        tmp = os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
+        self.free_dirs = tuple(os.path.join(self.job_dir, d) + os.sep for d in (".cache", ".triton", ".inductor",
+                                                                                  "tmp")) + (tmp + os.sep,)
+        self.own_dirs = (self.job_dir + os.sep, tmp + os.sep, "/dev/shm/")
         self.in_launch = in_launch
         self.report = report
         self._busy = False
@@ -52,7 +57,10 @@ class AuditGuard:
         f = sys._getframe(3)
         n = 0
         while f is not None and (depth == 0 or n < depth):
-            if f.f_code.co_filename == self.candidate_file:
+            name = f.f_code.co_filename
+            # Code from a file the candidate could have written (its dirs, /tmp) is the candidate's too: every
+            # other file in its sandbox is read-only system or library code.
+            if name == self.candidate_file or (name.startswith("/") and name.startswith(self.own_dirs)):
                 return True
             f = f.f_back
             n += 1
@@ -72,9 +80,28 @@ class AuditGuard:
         raise PermissionError(f"kernelsmith referee: {message}")
 
     def _check(self, event: str, args: tuple) -> None:
-        if self.in_launch():
+        # Inside a Triton launch the compiler's own work (ptxas, its cache) passes; a grid function or a Python
+        # helper the kernel calls is still the candidate's code, and is checked as such.
+        if self.in_launch() and not self._candidate_frames(2):
             return
-        if event in PATH_EVENTS:
+        if event in CODE_EVENTS:
+            filename = args[1] if len(args) > 1 else None
+            if isinstance(filename, bytes):
+                filename = os.fsdecode(filename)
+            if isinstance(filename, str) and not filename.startswith("<") \
+                    and os.path.realpath(filename) != self.candidate_file and self._candidate_frames(1):
+                self._deny("tampering", f"candidate compiled code under a foreign file name ({filename[:200]}): "
+                           "code must not pass for the referee's or a library's")
+        elif event in SIGNAL_EVENTS:
+            if event.startswith("socket."):  # its link to the judge is the referee's, not the candidate's
+                if self._candidate_frames(0):
+                    self._deny("referee_access", f"candidate used a socket ({event})")
+            elif self._candidate_frames(0):
+                target = args[0] if args else ""
+                if event == "os.kill" and target == os.getpid():
+                    return  # signalling itself (a crash, an abort) harms no one else
+                self._deny("referee_access", f"candidate tried {event} {target!r}"[:300])
+        elif event in PATH_EVENTS:
             writes = _writes(event, args)
             for path in _paths(event, args):
                 why = self._protected(path)

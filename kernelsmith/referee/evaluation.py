@@ -1,14 +1,16 @@
-"""`evaluate(task, candidate) -> Verdict`: the referee's one public operation.
+"""`evaluate(task, candidate) -> Verdict`: the referee's one public operation (the orchestrator's side).
 
-Runs the reference and the candidate in two separate children (in parallel), compares their outputs here,
-then — on a GPU and only for a correct candidate — lets the candidate's child time it against the reference
-and compares once more on a fresh input set. The candidate's process never holds a reference output that
-is used to judge it.
+Starts two sandboxes (sandbox.py): the judge (task code: reference, seeds, comparison) and the candidate, joined
+by a link the orchestrator made; the orchestrator talks only to the judge, holds the deadline, watches both
+processes from outside and kills them. It decides the status from what the judge observed and from how the
+processes ended; what the candidate says of itself (its guard report, its claimed times) is checked against
+those facts and can only make its verdict worse.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import tempfile
@@ -17,11 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from kernelsmith.backends import BACKEND_NAMES, get_backend
 from kernelsmith.candidate import Candidate
-from kernelsmith.referee.compare import compare_outputs, degenerate_reason
+from kernelsmith.referee import channel
 from kernelsmith.referee.lease import LeaseHolder
 from kernelsmith.referee.policy import POLICIES
 from kernelsmith.referee.sandbox import Child, ChildOutcome, Limits, redact, secret_values
@@ -42,7 +42,7 @@ class EvalOptions:
     tolerance: float | None = None  # overrides the per-dtype default (see compare.py)
     timing: dict[str, Any] = field(default_factory=dict)  # TimingOptions fields
     limits: Limits = field(default_factory=Limits)
-    keep_dir: bool = False  # keep the children's work dirs (for debugging)
+    keep_dir: bool = False  # unused: children work in private tmpfs dirs that vanish with them
     implausible_margin: float = 0.8  # flag cand_ms below this fraction of the memory-bandwidth floor
     max_hidden_work_ms: float = 0.1
     require_kernel: bool = True  # False only for A/A benchmarks, where the candidate is the reference's code
@@ -53,6 +53,10 @@ class EvalOptions:
     build_cache_dir: str | None = None  # built extensions by source digest (default ~/.cache/kernelsmith/...)
 
     def validate(self) -> None:
+        import math
+
+        if not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
+            raise ValueError(f"timeout {self.timeout_s}: must be a positive, finite number of seconds")
         if self.device not in DEVICES:
             raise ValueError(f"device {self.device!r}: expected one of {', '.join(DEVICES)}")
         if self.policy not in POLICIES:
@@ -63,40 +67,6 @@ class EvalOptions:
             raise ValueError(f"backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)}")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout {self.timeout_s}: must be positive")
-
-
-def _load_tensors(path: Path) -> list[torch.Tensor]:
-    # weights_only: the file was written by a child that may run hostile code; never unpickle objects from it
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _job(role: str, task: Task, opts: EvalOptions, seeds: dict[str, Any]) -> dict[str, Any]:
-    """A child's job file. The candidate's holds no seeds: those reach it on stdin, when they are needed."""
-    job = {"role": role, "device": opts.device, "policy": opts.policy, "poison": opts.poison,
-           "test_inputs": opts.test_inputs and task.has_test_inputs, "tolerance": opts.tolerance,
-           "timing": opts.timing, "require_kernel": opts.require_kernel, "backend": opts.backend}
-    return {**job, **seeds} if role == "reference" else job
-
-
-CORRECTNESS_SEEDS = ("init_seed", "trial_seeds", "test_seed")
-TIMING_SEEDS = ("check_seed", "timing_seed")
-
-
-def _prepare(root: Path, name: str, job: dict[str, Any], task: Task, candidate: Candidate | None) -> Path:
-    d = root / name
-    d.mkdir(mode=0o700)  # the reference's dir stays closed to a candidate running as another user
-    (d / "task.py").write_text(task.source)
-    if candidate is not None:
-        (d / "candidate.py").write_text(candidate.source)
-    (d / "job.json").write_text(json.dumps(job))
-    return d
 
 
 class _Judge:
@@ -119,10 +89,14 @@ class _Judge:
         if not self.v.finding(name):
             self.v.guards.append(Finding(name, message, severity))
 
-    def merge(self, reported: list[dict[str, Any]]) -> None:
-        """Add findings a child reported (as `Finding.to_dict()` dicts)."""
-        for f in map(Finding.from_dict, reported):
-            self.finding(f.name, f.message, f.severity)
+    def merge(self, reported: list[Any]) -> None:
+        """Add findings a child reported (as `Finding.to_dict()` dicts); malformed entries are dropped."""
+        for d in reported:
+            try:
+                f = Finding.from_dict(d)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+            self.finding(str(f.name)[:100], str(f.message)[:2000], f.severity)
 
     def end(self, status: Status | None = None, error: str = "", log: str = "") -> Verdict:
         v = self.v
@@ -145,21 +119,69 @@ class _Judge:
         return v
 
 
-def _failure(outcome: ChildOutcome | None, err: dict[str, Any] | None, role: str) -> tuple[Status, str]:
-    if outcome is not None and outcome.timed_out:
-        return Status.TIMEOUT, f"{role} ran past the evaluation's time limit"
-    if outcome is not None and outcome.memory_exceeded:
-        return Status.CRASHED, f"{role} exceeded its memory limit ({outcome.peak_rss_mb:.0f} MB resident)"
-    if err:
-        kind = err.get("kind", "runtime")
-        status = {"compile": Status.COMPILE_ERROR, "crash": Status.CRASHED}.get(kind, Status.RUNTIME_ERROR)
-        where = {"import": "importing the candidate", "init": "constructing ModelNew",
-                 "forward": "running forward", "timing": "timing"}.get(err.get("stage", ""), err.get("stage", ""))
-        return status, f"{err.get('type')} while {where}: {err.get('message', '')}".strip()
-    if outcome is not None and outcome.signal_name:
-        return Status.CRASHED, f"{role} process died with {outcome.signal_name}"
-    code = outcome.returncode if outcome else None
-    return Status.CRASHED, f"{role} process exited with code {code} before reporting"
+JUDGE_UID = 65533  # the judge and the candidate run as different unprivileged users (when started as root)
+TIMEOUT_ROLES = {"waiting": "candidate", "case_ok": "reference", "loaded": "reference",
+                 "reference_ready": "reference", "checked": "candidate", "start": "reference"}
+
+
+def _worker(role: str) -> list[str]:
+    return ["-m", "kernelsmith.referee.worker", role]
+
+
+class _Session:
+    """The two sandboxes of one evaluation and the orchestrator's end of the judge's channel."""
+
+    def __init__(self, task: Task, candidate_file: str, opts: EvalOptions, ro_files: dict[str, str],
+                 env: dict[str, str]):
+        self.opts = opts
+        ctl, ctl_judge = channel.pair()
+        link_judge, link_cand = channel.pair()
+        self.ctl = ctl
+        self.judge = self.cand = None
+        try:
+            self.judge = Child.start(_worker("judge"), opts.device, opts.limits, gpu=opts.gpu, uid=JUDGE_UID,
+                                     pass_fds=(ctl_judge.fileno(), link_judge.fileno()),
+                                     env={"KERNELSMITH_FD": str(ctl_judge.fileno()),
+                                          "KERNELSMITH_LINK_FD": str(link_judge.fileno())})
+            self.cand = Child.start(_worker("candidate"), opts.device, opts.limits, gpu=opts.gpu,
+                                    pass_fds=(link_cand.fileno(),), ro_files={"candidate.py": candidate_file,
+                                                                              **ro_files},
+                                    env={"KERNELSMITH_FD": str(link_cand.fileno()), **env})
+        finally:
+            for s in (ctl_judge, link_judge, link_cand):  # each now lives in its child only
+                s.close()
+        self.last = "start"  # the judge's last progress message: who is working now
+
+    def recv(self, deadline: float) -> channel.Message | ChildOutcome:
+        """The judge's next message, or why none will come (a child's end, the deadline)."""
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                msg = channel.recv(self.ctl, timeout=max(0.01, min(0.25, remaining)))
+            except TimeoutError:
+                for child in (self.judge, self.cand):
+                    outcome = child.check(deadline)
+                    if outcome is not None and (child is self.judge or outcome.timed_out
+                                                or outcome.memory_exceeded):
+                        return outcome
+                continue
+            except channel.ChannelError:
+                return self.judge.wait(deadline)
+            if msg.get("op") in TIMEOUT_ROLES:
+                self.last = msg["op"]
+            return msg
+
+    def send(self, header: dict[str, Any]) -> None:
+        try:
+            channel.send(self.ctl, header)
+        except channel.ChannelError:
+            pass
+
+    def close(self) -> None:
+        self.ctl.close()
+        for child in (self.judge, self.cand):
+            if child is not None:
+                child.close()
 
 
 def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: EvalOptions | None = None,
@@ -173,34 +195,38 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
         candidate = Candidate.from_file(candidate)
     judge = _Judge(opts, secret_values())
     seeds = {"init_seed": 42, "trial_seeds": [secrets.randbits(31) for _ in range(opts.trials)],
-             "test_seed": secrets.randbits(31), "check_seed": secrets.randbits(31),
-             "timing_seed": secrets.randbits(20) * 64}
-    root = Path(tempfile.mkdtemp(prefix="kernelsmith-eval-"))
+             "test_seed": secrets.randbits(31), "check_seed": secrets.randbits(31)}
+    root = Path(tempfile.mkdtemp(prefix="kernelsmith-eval-"))  # 0700: the candidate's file, bound read-only
     deadline = time.monotonic() + opts.timeout_s
-    ref_child = cand_child = None
+    session: _Session | None = None
     try:
-        ref_dir = _prepare(root, "reference", _job("reference", task, opts, seeds), task, None)
-        cand_dir = _prepare(root, "candidate", _job("candidate", task, opts, seeds), task, candidate)
+        cand_file = root / "candidate.py"
+        cand_file.write_text(candidate.source)
+        os.chmod(cand_file, 0o644)
+        ro_files: dict[str, str] = {}
+        env = {"KERNELSMITH_DEVICE": opts.device, "KERNELSMITH_POLICY": opts.policy,
+               "KERNELSMITH_REQUIRE_KERNEL": "1" if opts.require_kernel else "0", "KERNELSMITH_BACKEND": opts.backend}
         if opts.backend != "triton":
-            early = _build(task, candidate, opts, judge, cand_dir, deadline)
+            early = _build(candidate, opts, judge, deadline, ro_files, env)
             if early is not None:
                 return early
         judge.hold = LeaseHolder(opts.lease)
-        ref_child = Child.start(ref_dir, opts.device, opts.limits, untrusted=False, gpu=opts.gpu)
-        cand_child = Child.start(cand_dir, opts.device, opts.limits, gpu=opts.gpu)
-        return _run(task, opts, judge, ref_child, cand_child, ref_dir, cand_dir, deadline, seeds)
+        session = _Session(task, str(cand_file), opts, ro_files, env)
+        judge.v.sandbox = dict(session.cand.info)
+        session.send({"op": "job", "task_source": task.source, "device": opts.device,
+                      "tolerance": opts.tolerance, "test_inputs": opts.test_inputs and task.has_test_inputs,
+                      **seeds})
+        return _run(judge, session, deadline)
     finally:
         if judge.hold is not None:
             judge.hold.release()
-        for child in (ref_child, cand_child):
-            if child is not None and child.proc.poll() is None:
-                child.kill()
-        if not opts.keep_dir:
-            shutil.rmtree(root, ignore_errors=True)
+        if session is not None:
+            session.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def _build(task: Task, candidate: Candidate, opts: EvalOptions, judge: _Judge, cand_dir: Path,
-           deadline: float) -> Verdict | None:
+def _build(candidate: Candidate, opts: EvalOptions, judge: _Judge, deadline: float, ro_files: dict[str, str],
+           env: dict[str, str]) -> Verdict | None:
     """A backend's build step, before any child runs candidate code: a verdict when it ends the evaluation
     (a compile error; on `--device cpu`, where a CUDA build cannot run, after saying whether it compiled)."""
     backend = get_backend(opts.backend)
@@ -215,168 +241,202 @@ def _build(task: Task, candidate: Candidate, opts: EvalOptions, judge: _Judge, c
         cached = ", from the build cache" if res.info.get("cached") else ""
         return judge.end(Status.RUNTIME_ERROR, f"CUDA extension(s) {', '.join(res.info.get('extensions', []))} "
                          f"{what}{cached}; CUDA candidates need a GPU to run: evaluate with --device cuda")
-    job = json.loads((cand_dir / "job.json").read_text())
-    ext_dir = cand_dir / "cache" / "ext"
-    ext_dir.mkdir(parents=True, exist_ok=True)
-    job["cuda_extensions"] = []
+    exts = []
     for ext in res.extensions:
         if not ext.get("so"):
             return judge.end(Status.COMPILE_ERROR, f"CUDA extension {ext['name']!r}: the build produced no module")
-        shutil.copy2(ext["so"], ext_dir / f"{ext['name']}.so")  # a copy: the candidate never sees the cache
-        job["cuda_extensions"].append({**{k: ext[k] for k in ("name", "digest", "functions")},
-                                       "file": f"cache/ext/{ext['name']}.so"})
-    (cand_dir / "job.json").write_text(json.dumps(job))
+        ro_files[f"{ext['name']}.so"] = ext["so"]  # bound read-only: the candidate never sees the cache
+        exts.append({**{k: ext[k] for k in ("name", "digest", "functions")}, "file": f"{ext['name']}.so"})
+    env["KERNELSMITH_CUDA_EXTENSIONS"] = json.dumps(exts)
     return None
 
 
-def _run(task: Task, opts: EvalOptions, judge: _Judge, ref_child: Child, cand_child: Child,
-         ref_dir: Path, cand_dir: Path, deadline: float, seeds: dict[str, Any]) -> Verdict:
+STAGES = {"import": "importing the candidate", "init": "constructing ModelNew", "forward": "running forward",
+          "timing": "timing"}
+
+
+def _candidate_fault(judge: _Judge, session: _Session, fault: dict[str, Any], deadline: float) -> Verdict:
+    """The candidate ended the conversation: its own error report, a protocol violation, or its death."""
+    log = session.cand.log()
+    if fault.get("op") == "violation":
+        judge.finding("protocol_violation", f"the candidate broke the judge's protocol: {fault.get('message', '')}")
+        return judge.end(Status.REJECTED, "", log)
+    if fault.get("op") == "error":
+        findings = fault.get("findings") if isinstance(fault.get("findings"), list) else []
+        judge.merge([f for f in findings if isinstance(f, dict)])
+        if any(g.severity is Severity.REJECT for g in judge.v.guards):
+            return judge.end(Status.REJECTED, "", log)
+        kind = fault.get("kind", "runtime")
+        msg = f"{fault.get('type')} while {STAGES.get(str(fault.get('stage')), fault.get('stage'))}: " \
+              f"{fault.get('message', '')}".strip()
+        if kind == "memory":
+            return judge.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(judge)} MB): {msg}",
+                             log)
+        status = {"compile": Status.COMPILE_ERROR, "crash": Status.CRASHED}.get(kind, Status.RUNTIME_ERROR)
+        return judge.end(status, msg, log)
+    # gone: how it ended is what the orchestrator saw of the process
+    outcome = session.cand.wait(min(deadline, time.monotonic() + 5))
+    log = session.cand.log()
+    if outcome.memory_exceeded:
+        return judge.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(judge)} MB)", log)
+    if outcome.timed_out:
+        return judge.end(Status.TIMEOUT, "candidate ran past the evaluation's time limit", log)
+    during = f" while answering {fault.get('during')} {fault.get('case', '')}".rstrip()
+    if outcome.signal_name:
+        return judge.end(Status.CRASHED, f"candidate process died with {outcome.signal_name}{during}", log)
+    return judge.end(Status.CRASHED, f"candidate process exited with code {outcome.returncode}{during} "
+                     "without an answer", log)
+
+
+def opts_mb(judge: _Judge) -> int:
+    return judge.opts.limits.memory_mb
+
+
+def _ended(judge: _Judge, session: _Session, outcome: ChildOutcome) -> Verdict:
+    """No message will come: a child overran the deadline or its memory, or the judge died."""
+    who = TIMEOUT_ROLES.get(session.last, "reference")
+    cand_out = session.cand.check(time.monotonic() + 60)
+    for child in (session.judge, session.cand):
+        child.kill()
+    if outcome.timed_out:
+        if who == "candidate":
+            return judge.end(Status.TIMEOUT, "candidate ran past the evaluation's time limit", session.cand.log())
+        return judge.end(Status.TIMEOUT, "the task's reference ran past the evaluation's time limit",
+                         session.judge.log())
+    if cand_out is not None and cand_out.memory_exceeded:
+        return judge.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(judge)} MB)",
+                         session.cand.log())
+    if outcome.memory_exceeded:
+        return judge.end(Status.CRASHED, f"the task's reference failed: it exceeded its memory limit "
+                         f"({opts_mb(judge)} MB)", session.judge.log())
+    how = f"died with {outcome.signal_name}" if outcome.signal_name else f"exited with code {outcome.returncode}"
+    return judge.end(Status.CRASHED, f"the task's reference failed: the judge {how}", session.judge.log())
+
+
+def _run(judge: _Judge, session: _Session, deadline: float) -> Verdict:
     v = judge.v
-    # The candidate's child starts up meanwhile but runs no candidate code until the reference's outputs
-    # are loaded here and deleted from disk.
-    ref_out = ref_child.finish(deadline)
-    judge.phase("reference")
-    ref_res = _read_json(ref_dir / "result.json")
-    if ref_res is None:
-        cand_child.kill()
-        status, msg = _failure(ref_out, _read_json(ref_dir / "error.json"), "reference")
-        if status is Status.TIMEOUT:
-            return judge.end(status, msg, ref_child.log())
-        return judge.end(Status.CRASHED, f"the task's reference failed: {msg}", ref_child.log())
-    v.versions, v.device = ref_res["versions"], ref_res["device"]
-    refs = {name: _load_tensors(ref_dir / "out" / f"{name}.pt") for name in ref_res["cases"]}
-    shutil.rmtree(ref_dir / "out", ignore_errors=True)
-    judge.phase("load_reference")
-    cand_child.send("go " + json.dumps({k: seeds[k] for k in CORRECTNESS_SEEDS}))
-    reason = degenerate_reason(refs["trial0"])
-    if reason:
-        judge.finding("degenerate_task", f"task outputs are degenerate, a trivial output may pass: {reason}",
-                      Severity.WARN)
-
-    outcome = cand_child.wait_for(cand_dir / "phase1.json", deadline)
-    phase1 = _read_json(cand_dir / "phase1.json")
-    judge.phase("candidate_correctness")
-    if phase1 is None:
-        return _child_failed(judge, outcome, cand_dir, cand_child)
-    v.ops, v.kernels = phase1.get("ops", {}), phase1.get("kernels", {})
-    v.sandbox = phase1.get("sandbox", {})
-    if v.sandbox.get("uid") == 0:
-        judge.finding("unsandboxed", "the candidate ran as root (its Python is not readable by `nobody`): "
-                      "Python-level access to other files is refused, but native code could still reach them; "
-                      "run kernelsmith as a non-root user or from a world-readable Python", Severity.WARN)
-    judge.merge(phase1.get("findings", []))
-    if any(g.severity is Severity.REJECT for g in v.guards):
-        cand_child.kill()
-        return judge.end(None, log=cand_child.log())
-
-    _check_cases(judge, refs, ref_res, cand_dir, phase1, opts)
-    judge.phase("compare")
-    if opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):
-        cand_child.send("stop")
-        cand_child.finish(deadline)
-        return judge.end(None, log=cand_child.log())
-
-    judge.hold.exclusive()  # waits until no other evaluation works on this GPU
-    judge.phase("lease_wait")
-    cand_child.send("time " + json.dumps({k: seeds[k] for k in TIMING_SEEDS}))
-    outcome = cand_child.wait_for(cand_dir / "phase2.json", deadline)
-    phase2 = _read_json(cand_dir / "phase2.json")
-    if phase2 is None:
-        return _child_failed(judge, outcome, cand_dir, cand_child)
-    cand_child.finish(deadline)
-    judge.phase("candidate_timing")
-    _judge_timing(judge, phase2, refs, ref_res, cand_dir, opts)
-    judge.phase("judge_timing")
-    return judge.end(None, log=cand_child.log())
+    checked = False
+    while True:
+        msg = session.recv(deadline)
+        if isinstance(msg, ChildOutcome):
+            return _ended(judge, session, msg)
+        op = msg.get("op")
+        if op == "loaded":
+            v.versions, v.device = msg.get("versions", {}), msg.get("device", "")
+            judge.phase("reference_start")
+        elif op == "reference_ready":
+            judge.phase("reference_build")
+        elif op == "task_error":
+            session.cand.kill()
+            session.judge.wait(min(deadline, time.monotonic() + 5))
+            return judge.end(Status.CRASHED, f"the task's reference failed: {msg.get('type')}: "
+                             f"{msg.get('message', '')}", session.judge.log() + str(msg.get("traceback", "")))
+        elif op == "candidate_fault":
+            fault = msg.get("fault")
+            return _candidate_fault(judge, session, fault if isinstance(fault, dict) else {}, deadline)
+        elif op == "checked":
+            checked = True
+            judge.phase("correctness")
+            v.trials = int(msg["trials"])
+            v.max_abs_err, v.max_rel_err = msg["max_abs_err"], msg["max_rel_err"]
+            judge.merge(msg["findings"])
+        elif op == "candidate_report" and checked:
+            _merge_report(judge, session, msg["report"])
+            if judge.opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):
+                session.send({"op": "skip"})
+                session.judge.wait(min(deadline, time.monotonic() + 10))
+                return judge.end(None, log=session.cand.log())
+            judge.hold.exclusive()  # waits until no other evaluation works on this GPU
+            judge.phase("lease_wait")
+            session.send({"op": "time", "timing_seed": secrets.randbits(20) * 64, "timing": judge.opts.timing})
+        elif op == "timed":
+            judge.phase("timing")
+            _judge_timing(judge, msg)
+            session.judge.wait(min(deadline, time.monotonic() + 10))
+            return judge.end(None, log=session.cand.log())
 
 
-def _child_failed(judge: _Judge, outcome: ChildOutcome | None, cand_dir: Path, child: Child) -> Verdict:
-    """The candidate's child ended without its report: a guard's refusal, an error, a crash or the deadline."""
-    err = _read_json(cand_dir / "error.json")
-    status, msg = _failure(outcome, err, "candidate")
-    judge.merge((err or {}).get("findings", []))
-    if any(g.severity is Severity.REJECT for g in judge.v.guards):
-        return judge.end(Status.REJECTED, "", child.log())
-    return judge.end(status, msg, child.log())
-
-
-def _check_cases(judge: _Judge, refs: dict[str, list[torch.Tensor]], ref_res: dict[str, Any], cand_dir: Path,
-                 phase1: dict[str, Any], opts: EvalOptions) -> None:
-    """Compare every case the candidate ran; name the first failure by the check that caught it."""
+def _merge_report(judge: _Judge, session: _Session, report: dict[str, Any]) -> None:
+    """The candidate's own account of itself: defence in depth, merged only to make the verdict stricter."""
     v = judge.v
-    if "trial0" in phase1["cases"] and "trial0_repeat" in phase1["cases"]:
-        first = _load_tensors(cand_dir / "out" / "trial0.pt")
-        repeat = compare_outputs(_load_tensors(cand_dir / "out" / "trial0_repeat.pt"), first, opts.tolerance)
-        if not repeat.ok:
-            judge.finding("poisoned_memory", "two runs on the same input disagree with differently poisoned "
-                          f"output memory (it reads memory it did not write): {repeat.reason}", Severity.FAIL)
-            return
-    outs: dict[str, list[torch.Tensor]] = {}
-    for run_name, info in phase1["cases"].items():
-        case = run_name.removesuffix("_repeat")
-        out = _load_tensors(cand_dir / "out" / f"{run_name}.pt")
-        outs[run_name] = out
-        if info["fingerprint"] != ref_res["cases"][case]["fingerprint"]:
-            judge.finding("input_generation", f"{case}: the candidate's process generated different inputs "
-                          "from the reference's for the same seed (input generation or torch's RNG altered)")
-            return
-        if not info["inputs_unchanged"]:
-            judge.finding("input_mutated", f"forward changed its inputs in place ({case})", Severity.FAIL)
-            return
-        cmp = compare_outputs(out, refs[case], opts.tolerance)
-        v.max_abs_err = max(v.max_abs_err or 0.0, cmp.max_abs_err)
-        v.max_rel_err = max(v.max_rel_err or 0.0, cmp.max_rel_err)
-        if cmp.ok:
-            v.trials += 0 if run_name.endswith("_repeat") else 1
-            continue
-        if cmp.kind == "structure":
-            name, what = "output_structure", "wrong output structure"
-        elif cmp.kind == "nonfinite":
-            name, what = "nonfinite_output", "NaN/Inf where the reference has none"
-        else:
-            earlier = [c for c in refs if c != case and c in outs and compare_outputs(out, refs[c]).ok]
-            if earlier:
-                name, what = "cached_result", f"returned the result for an earlier input ({earlier[0]})"
-            else:
-                name, what = "output_mismatch", "outputs differ from the reference"
-        judge.finding(name, f"{case}: {what}: {cmp.reason}", Severity.FAIL)
+    if report.get("truncated"):
+        judge.finding("protocol_violation", "the candidate's guard report was oversized")
         return
+    findings = report.get("findings")
+    judge.merge([f for f in findings if isinstance(f, dict)] if isinstance(findings, list) else [])
+    for key in ("ops", "kernels"):
+        value = report.get(key)
+        if isinstance(value, dict):
+            setattr(v, key, {str(k): int(n) for k, n in value.items() if isinstance(n, int)})
+    observed = report.get("sandbox") if isinstance(report.get("sandbox"), dict) else {}
+    v.sandbox = {**{k: observed[k] for k in ("uid", "network", "visible_processes") if k in observed},
+                 **session.cand.info}
+    if session.cand.info["isolation"] == "none":
+        strict = judge.opts.policy == "strict"
+        judge.finding("unsandboxed", f"the candidate ran without OS isolation ({session.cand.info.get('why')}); "
+                      + ("the strict policy certifies only isolated candidates" if strict
+                         else "in-process guards only"), Severity.REJECT if strict else Severity.WARN)
 
 
-def _judge_timing(judge: _Judge, phase2: dict[str, Any], refs: dict[str, list[torch.Tensor]],
-                  ref_res: dict[str, Any], cand_dir: Path, opts: EvalOptions) -> None:
-    v = judge.v
-    judge.merge(phase2.get("findings", []))
-    t = phase2["timing"]
-    v.ref_ms, v.cand_ms = round(t["ref_ms"], 6), round(t["cand_ms"], 6)
-    v.speedup = round(t["speedup"], 4)
-    v.speedup_ci = [round(x, 4) for x in t["speedup_ci"]]
-    v.timing.update({k: t[k] for k in ("method", "reps", "ref_spread", "cand_spread", "hidden_work_ms")})
-    v.timing["bandwidth_gbs"] = round(phase2["bandwidth"] / 1e9, 1)
-    if "sample_ci" in t["extra"]:  # the bootstrap alone; speedup_ci adds the between-process floor
-        v.timing["sample_ci"] = [round(x, 4) for x in t["extra"]["sample_ci"]]
-    if t["canary_failures"]:
+def _judge_timing(judge: _Judge, msg: dict[str, Any]) -> None:
+    v, opts = judge.v, judge.opts
+    claim, check, bound = msg.get("claim", {}), msg.get("check", {}), msg.get("bound", {})
+    findings = claim.get("findings")
+    judge.merge([f for f in findings if isinstance(f, dict)] if isinstance(findings, list) else [])
+    if not check.get("ok"):
+        judge.finding("changed_after_timing", f"wrong on a fresh input after timing: {check.get('message', '')}",
+                      Severity.FAIL)
+        return
+    v.trials += 1
+    try:
+        t = claim["timing"]
+        ref_ms, cand_ms, speedup = float(t["ref_ms"]), float(t["cand_ms"]), float(t["speedup"])
+        ci = [float(x) for x in t["speedup_ci"]]
+        bandwidth = float(claim["bandwidth"])
+    except (KeyError, TypeError, ValueError):
+        judge.finding("protocol_violation", "the candidate's timing report is malformed")
+        return
+    v.ref_ms, v.cand_ms, v.speedup = round(ref_ms, 6), round(cand_ms, 6), round(speedup, 4)
+    v.speedup_ci = [round(x, 4) for x in ci]
+    v.timing.update({k: t.get(k) for k in ("method", "reps", "ref_spread", "cand_spread", "hidden_work_ms")})
+    v.timing["bandwidth_gbs"] = round(bandwidth / 1e9, 1)
+    extra = t.get("extra") if isinstance(t.get("extra"), dict) else {}
+    if "sample_ci" in extra:
+        v.timing["sample_ci"] = [round(float(x), 4) for x in extra["sample_ci"]]
+    if t.get("canary_failures"):
         judge.finding("cached_result", f"{t['canary_failures']} timed calls returned outputs that do not match "
                       "the reference on the same inputs (results cached across calls?)", Severity.FAIL)
-    if t["hidden_work_ms"] > max(opts.max_hidden_work_ms, 0.5 * t["cand_ms"]):
+    hidden = float(t.get("hidden_work_ms") or 0.0)
+    if hidden > max(opts.max_hidden_work_ms, 0.5 * cand_ms):
         judge.finding("hidden_stream_work", f"device-synchronised wall time exceeds the timed events by "
-                      f"{t['hidden_work_ms']:.3f} ms per call: work on another stream or thread")
-    floor_ms = ref_res["cases"]["trial0"]["bytes"] / phase2["bandwidth"] * 1e3
-    v.timing["bandwidth_floor_ms"] = round(floor_ms, 6)
-    cacheable = not t["method"].startswith("eager") and ref_res["cases"]["trial0"]["bytes"] < 2 * t["extra"]["l2_bytes"]
-    if not cacheable and t["cand_ms"] < opts.implausible_margin * floor_ms:
-        judge.finding("implausible_speedup", f"{t['cand_ms']:.4f} ms is faster than moving its inputs and "
-                      f"outputs once at {phase2['bandwidth'] / 1e9:.0f} GB/s allows ({floor_ms:.4f} ms)")
-    check = cand_dir / "out" / "check.pt"
-    if not check.exists():
-        return
-    if phase2["check_fingerprint"] != ref_res["cases"]["check"]["fingerprint"]:
-        judge.finding("input_generation", "check: the candidate's process generated different inputs from the "
-                      "reference's for the same seed (input generation or torch's RNG altered)")
-    if not phase2["check_inputs_unchanged"]:
-        judge.finding("input_mutated", "forward changed its inputs in place (after timing)", Severity.FAIL)
-    cmp = compare_outputs(_load_tensors(check), refs["check"], opts.tolerance)
-    if not cmp.ok:
-        judge.finding("changed_after_timing", f"wrong on a fresh input after timing: {cmp.reason}", Severity.FAIL)
-    else:
-        v.trials += 1
+                      f"{hidden:.3f} ms per call: work on another stream or thread")
+    if bound.get("k"):
+        _check_bound(judge, bound, ref_ms, cand_ms, str(t.get("method", "")))
+    if 0 < bandwidth and bound.get("bytes"):
+        floor_ms = bound["bytes"] / bandwidth * 1e3
+        v.timing["bandwidth_floor_ms"] = round(floor_ms, 6)
+        cacheable = not str(t.get("method", "")).startswith("eager") and bound["bytes"] < 2 * int(
+            extra.get("l2_bytes", 50 << 20))
+        if not cacheable and cand_ms < opts.implausible_margin * floor_ms:
+            judge.finding("implausible_speedup", f"{cand_ms:.4f} ms is faster than moving its inputs and outputs "
+                          f"once at {bandwidth / 1e9:.0f} GB/s allows ({floor_ms:.4f} ms)")
+
+
+def _check_bound(judge: _Judge, bound: dict[str, Any], ref_ms: float, cand_ms: float, method: str) -> None:
+    """The judge timed k synchronised calls of the candidate from outside its process: a claimed time well
+    below what the judge saw is a forgery. Graph replay legitimately hides launch overhead, which the judge's
+    own reference calls measure; eager timing must come close to the wall clock."""
+    k = int(bound["k"])
+    cand_wall = float(bound["cand_wall_ms"]) / k
+    ref_wall = float(bound.get("ref_wall_ms", 0.0)) / k
+    judge.v.timing["wall_bound_ms"] = {"candidate": round(cand_wall, 6), "reference": round(ref_wall, 6), "k": k}
+    overhead = max(0.0, ref_wall - ref_ms)  # what the timing method removes from a call of the reference
+    slack = 0.5 if method.startswith("eager") else 0.1
+    if cand_ms < slack * (cand_wall - 2 * overhead) - 0.02:
+        judge.finding("timing_forged", f"claimed {cand_ms:.4f} ms per call, but {k} synchronised calls took "
+                      f"{cand_wall:.4f} ms each as the judge timed them from outside")
+    # The reference is timed in the candidate's process too: slowed there, it would inflate the speedup. The
+    # judge ran the same reference back to back in its own process; a cold L2 explains a factor, not more.
+    if ref_wall > 0 and ref_ms > 3 * ref_wall + 0.05:
+        judge.finding("timing_forged", f"the reference took {ref_ms:.4f} ms per call in the candidate's process, "
+                      f"{ref_wall:.4f} ms in the judge's")

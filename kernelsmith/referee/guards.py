@@ -35,7 +35,8 @@ class LaunchRecorder:
         self.candidate_file = os.path.realpath(candidate_file)
         self.kernels: Counter[str] = Counter()
         self.foreign: Counter[str] = Counter()
-        self.depth = 0  # > 0 while inside a launch: torch ops there belong to Triton, not to the candidate
+        self.depth = 0  # > 0 while inside a launch (ops there are judged apart: OpRecorder.launch_ops)
+        self.empty = 0  # launches whose grid had no program
         self.active = False
         self.failure: BaseException | None = None
         self.wrappers: dict[type, Callable[..., Any]] = {}
@@ -56,21 +57,36 @@ class LaunchRecorder:
                     _recorder: LaunchRecorder = self, **kwargs: Any) -> Any:
                 if kwargs.get("warmup"):
                     return _original(fn_self, *args, **kwargs)
-                _recorder._enter(fn_self)
+                grid, programs = kwargs.get("grid"), []
+                if callable(grid):
+                    def sized(meta: Any, _grid: Any = grid) -> Any:
+                        g = _grid(meta)
+                        programs.append(_programs(g))
+                        return g
+
+                    kwargs["grid"] = sized
+                else:
+                    programs.append(_programs(grid))
+                _recorder.depth += 1
                 try:
-                    return _original(fn_self, *args, **kwargs)
+                    result = _original(fn_self, *args, **kwargs)
                 except BaseException as exc:
                     _recorder.failure = exc  # raised while building or running a kernel
                     raise
                 finally:
                     _recorder.depth -= 1
+                _recorder.launched(fn_self, programs)
+                return result
 
             cls.run = run
             self.wrappers[cls] = run
 
-    def _enter(self, fn_self: Any) -> None:
-        self.depth += 1
+    def launched(self, fn_self: Any, programs: list[int]) -> None:
+        """Count a launch that ran at least one program (an empty grid launches nothing)."""
         if not self.active:
+            return
+        if not programs or min(programs) <= 0:
+            self.empty += 1
             return
         fn = getattr(fn_self, "fn", None)
         name = getattr(fn, "__name__", type(fn_self).__name__)
@@ -82,20 +98,37 @@ class LaunchRecorder:
         return [f"{cls.__name__}.run" for cls, w in self.wrappers.items() if cls.__dict__.get("run") is not w]
 
 
+def _programs(grid: Any) -> int:
+    """How many programs a launch grid asks for (-1 when it cannot be told)."""
+    g = grid if isinstance(grid, (tuple, list)) else (grid,)
+    try:
+        n = 1
+        for x in g:
+            n *= int(x)
+        return n
+    except (TypeError, ValueError):
+        return -1
+
+
 class OpRecorder(TorchDispatchMode):
-    """Records every torch operator that reaches the dispatcher while active and outside a Triton launch."""
+    """Records every torch operator that reaches the dispatcher while active. Those run inside a Triton launch
+    (the interpreter's own copies; a callable grid or a Python helper a kernel calls) are counted apart,
+    in `launch_ops`, and judged by the same policy: a launch is no place to hide torch compute."""
 
     def __init__(self, launches: LaunchRecorder, device: str):
         super().__init__()
         self.launches = launches
         self.device = device
         self.ops: Counter[str] = Counter()
+        self.launch_ops: Counter[str] = Counter()
         self.host_transfers = 0
         self.active = False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if self.active and self.launches.depth == 0:
+        if self.active and self.launches.depth > 0:
+            self.launch_ops[func.name().split(".")[0]] += 1
+        elif self.active:
             name = func.name().split(".")[0]
             self.ops[name] += 1
             if self.device != "cpu" and name in ("aten::_to_copy", "aten::copy_", "aten::to"):
@@ -143,6 +176,19 @@ MODE_SWITCHES: list[tuple[Any, str]] = [
     (torch._C, "_unset_dispatch_mode"),
     (torch._C, "_DisableTorchDispatch"),
     (torch._C, "_DisablePythonDispatcher"),
+    # Below the Python key: the recorder never sees an operator run with that key excluded or redispatched.
+    (torch._C, "_ExcludeDispatchKeyGuard"),
+    (torch._C, "_dispatch_tls_set_dispatch_key_excluded"),
+    (torch._C, "_dispatch_tls_set_dispatch_key_included"),
+    (torch._C, "_ForceDispatchKeyGuard"),
+    (torch._ops.OpOverload, "redispatch"),
+]
+# Classes whose attributes a candidate could replace (`torch.Tensor.__eq__ = ...` raises no audit event):
+# their whole namespace is snapshotted and compared after every forward.
+WATCHED_CLASSES: list[tuple[str, type]] = [
+    ("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase),
+    ("torch.nn.Module", torch.nn.Module), ("torch._ops.OpOverload", torch._ops.OpOverload),
+    ("TorchDispatchMode", TorchDispatchMode),
 ]
 
 
@@ -180,10 +226,15 @@ class TamperCheck:
     def __init__(self, extra: list[tuple[str, Any, str]] | None = None):
         self.watched = list(WATCHED) + list(extra or [])
         self.snapshot = [(label, obj, attr, *_identity(obj, attr)) for label, obj, attr in self.watched]
+        self.classes = [(label, cls, dict(vars(cls))) for label, cls in WATCHED_CLASSES]
 
     def changed(self) -> list[str]:
-        return [f"{label}.{attr}" for label, obj, attr, ref, code in self.snapshot
-                if _identity(obj, attr) != (ref, code)]
+        out = [f"{label}.{attr}" for label, obj, attr, ref, code in self.snapshot
+               if _identity(obj, attr) != (ref, code)]
+        for label, cls, before in self.classes:
+            now = vars(cls)
+            out += [f"{label}.{k}" for k in set(before) | set(now) if before.get(k) is not now.get(k)]
+        return out
 
 
 def _identity(obj: Any, attr: str) -> tuple[Any, Any]:
@@ -213,6 +264,8 @@ def check_output(out: Any, device: str) -> tuple[list[torch.Tensor] | None, str]
             return None, f"output {i} is not a dense strided tensor (layout {t.layout}, meta={t.is_meta})"
         if t.device.type != device:
             return None, f"output {i} is on {t.device}, expected {device}"
+        if getattr(t, "__dict__", None):  # an instance attribute could shadow detach/cpu/copy when it is sent
+            return None, f"output {i} carries instance attributes ({', '.join(sorted(t.__dict__))[:200]})"
         if t.numel() and t.untyped_storage().data_ptr() == 0:
             return None, f"output {i} has no storage"
         tensors.append(t)
@@ -342,7 +395,7 @@ class GuardSession:
 
     def judge(self) -> list[Finding]:
         """Findings from everything watched so far, by the policy."""
-        from kernelsmith.referee.policy import disallowed_ops
+        from kernelsmith.referee.policy import NON_COMPUTE_OPS, disallowed_ops
 
         self.check_tamper()
         if self.require_kernel and self.backend != "triton" and not self.custom:
@@ -354,6 +407,11 @@ class GuardSession:
         if bad:
             listed = ", ".join(f"{k}×{v}" for k, v in sorted(bad.items()))
             self.add("torch_compute_op", f"policy {self.policy}: torch compute outside Triton: {listed}")
+        hidden = {k: v for k, v in self.ops.launch_ops.items() if k not in NON_COMPUTE_OPS}
+        if hidden and self.policy == "strict":
+            listed = ", ".join(f"{k}×{v}" for k, v in sorted(hidden.items()))
+            self.add("torch_compute_op", f"torch compute inside a Triton launch (a grid function or a Python "
+                     f"helper, not kernel code): {listed}")
         if self.policy == "strict" and self.ops.host_transfers:
             self.add("host_transfer", f"forward copied data between device and host {self.ops.host_transfers}×")
         if self.compile_calls:

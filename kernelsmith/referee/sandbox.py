@@ -1,41 +1,65 @@
-"""Starting and policing a referee child: scrubbed environment, own temp dir and Triton cache, limits, kill.
+"""Where untrusted code runs: a bubblewrap sandbox per process, limits the kernel enforces, a log we drain.
 
-Limits: a wall-clock deadline (shared by the whole evaluation), a resident-memory ceiling polled from /proc
-(RLIMIT_AS would break CUDA's address-space reservations), no core dumps, a file-size cap, and — when the
-parent is root — no network (a fresh network namespace) and, where the interpreter is reachable for it, the
-unprivileged `nobody` user. Secrets the parent holds are redacted from everything the child wrote.
+Every referee child (the judge, which runs task code, and each candidate) starts inside `bwrap` with its own
+user, PID, mount, network, IPC, UTS and cgroup namespaces: an unprivileged uid (`nobody`, or the caller's own
+uid mapped to it when not root), a read-only view of the system (the interpreter, its packages, the
+`kernelsmith` package and, on a GPU, the driver and the one device node it needs), a private tmpfs as its work
+dir, `/tmp` and `/dev/shm` (each sized), its own `/proc` that shows no process outside the sandbox, no network
+but loopback, no capabilities, a new terminal session, and death with its parent. Whatever it starts dies with
+it (the PID namespace ends with its first process). Memory: a cgroup (v2, else v1) with the limit when one can
+be made, else `RLIMIT_DATA`; `verdict.sandbox` says which. Nothing it writes reaches the host's disk: its
+stdout and stderr go to a pipe that a thread drains, keeping only the head and tail.
+
+Without bubblewrap (or user namespaces) a child runs as a plain process with a scrubbed environment; the
+verdict then says `isolation: none` and the `strict` policy refuses to certify the candidate.
 """
 
 from __future__ import annotations
 
-import ctypes
+import base64
+import binascii
 import os
 import re
 import resource
+import shutil
 import signal
-import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import kernelsmith
 
-PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
+PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
             "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH",
             "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "OPENBLAS_CORETYPE",
             "OPENBLAS_L2_SIZE")
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 NOBODY = 65534
+JOB = "/job"  # the work dir inside the sandbox
+SANDBOX_ENV = "KERNELSMITH_SANDBOX"  # "none" forces the unisolated fallback (debugging; verdicts say so)
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+             "localtime", "hosts", "gai.conf", "nvidia", "OpenCL", "vulkan")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+GPU_DIRS = ("/usr/local/nvidia", "/usr/local/cuda", "/sys", "/run/nvidia-persistenced")
 
 
 @dataclass
 class Limits:
-    memory_mb: int = 16384  # resident memory of the child
+    memory_mb: int = 16384  # host memory of one sandbox, kernel-enforced where a cgroup can be made
     file_mb: int = 16384  # largest file the child may write
+    tmp_mb: int = 4096  # each of its tmpfs: work dir, /tmp, /dev/shm (they count towards memory too)
+    log_kb: int = 16  # how much of its output is kept (head and tail)
+
+
+# ---------------------------------------------------------------------------------------------- secrets
 
 
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
@@ -44,27 +68,45 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     return sorted({v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= 8}, key=len, reverse=True)
 
 
+def _encodings(secret: str) -> set[str]:
+    """Spellings of a secret a child could print to smuggle it out: literal, reversed, base64 (any alignment,
+    standard and URL-safe), hex, URL-quoted. A sandboxed child never holds a secret; this is the second line."""
+    raw = secret.encode()
+    found = {secret, secret[::-1], raw.hex(), raw.hex().upper(), urllib.parse.quote(secret, safe="")}
+    for data in (raw, raw[::-1]):
+        for skip in range(3):
+            for enc in (base64.b64encode, base64.urlsafe_b64encode):
+                text = enc(data[skip:]).decode().rstrip("=")
+                # the middle of the encoding does not depend on what came before the secret
+                found.add(text[1:-2] if skip else text[:-2])
+        found.add(binascii.hexlify(data).decode())
+    return {f for f in found if len(f) >= 8}
+
+
 def redact(text: str, secrets: list[str]) -> tuple[str, bool]:
     hit = False
     for s in secrets:
-        if s in text:
-            hit = True
-            text = text.replace(s, "[REDACTED]")
+        for form in sorted(_encodings(s), key=len, reverse=True):
+            if form in text:
+                hit = True
+                text = text.replace(form, "[REDACTED]")
     return text, hit
 
 
-def child_env(work_dir: Path, device: str) -> dict[str, str]:
+# ------------------------------------------------------------------------------------------ environment
+
+
+def child_env(device: str, home: str) -> dict[str, str]:
     """An allow-list environment: nothing from the parent but paths and device selection."""
     env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
-    package_root = str(Path(kernelsmith.__file__).resolve().parent.parent)
     env.update({
-        "HOME": str(work_dir),
-        "TMPDIR": str(work_dir / "tmp"),
-        "XDG_CACHE_HOME": str(work_dir / "cache"),
-        "TRITON_CACHE_DIR": str(work_dir / "triton-cache"),
-        "TORCHINDUCTOR_CACHE_DIR": str(work_dir / "inductor-cache"),
-        "TORCH_EXTENSIONS_DIR": str(work_dir / "cache" / "torch-extensions"),
-        "PYTHONPATH": package_root,
+        "HOME": home,
+        "TMPDIR": "/tmp" if home == JOB else f"{home}/tmp",
+        "XDG_CACHE_HOME": f"{home}/.cache",
+        "TRITON_CACHE_DIR": f"{home}/.triton",
+        "TORCHINDUCTOR_CACHE_DIR": f"{home}/.inductor",
+        "TORCH_EXTENSIONS_DIR": f"{home}/.cache/torch-extensions",
+        "PYTHONPATH": package_root(),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONHASHSEED": "0",
         "PYTHONUNBUFFERED": "1",
@@ -73,17 +115,18 @@ def child_env(work_dir: Path, device: str) -> dict[str, str]:
         "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
         "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
         "MALLOC_TOP_PAD_": "0",
-        # glibc fills every malloc'd block (beyond the per-thread cache's small sizes) with 0xFE and freed
-        # ones with 0x01: unwritten CPU output reads as garbage whatever the heap's layout (the worker
-        # changes the byte per run, so two runs see different garbage).
+        # glibc fills every malloc'd block (beyond the per-thread cache's small sizes) with 0xFE and freed ones
+        # with 0x01 (the worker changes the byte per run, so two runs see different garbage).
         "MALLOC_PERTURB_": "1",
     })
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
-    for sub in ("tmp", "cache", "triton-cache", "inductor-cache"):
-        (work_dir / sub).mkdir(exist_ok=True)
     return env
+
+
+def package_root() -> str:
+    return str(Path(kernelsmith.__file__).resolve().parent.parent)
 
 
 def visible_device(index: int) -> str:
@@ -92,45 +135,241 @@ def visible_device(index: int) -> str:
     return parent[index] if index < len(parent) else str(index)
 
 
-def _world_accessible(path: Path) -> bool:
-    """Can an unprivileged user read `path` (every directory above it searchable)?"""
-    path = path.resolve()
-    for p in [path, *path.parents]:
+# ---------------------------------------------------------------------------------------------- bwrap
+
+
+def bwrap_path() -> str | None:
+    if os.environ.get(SANDBOX_ENV, "").lower() == "none":
+        return None
+    return os.environ.get("KERNELSMITH_BWRAP") or shutil.which("bwrap")
+
+
+@lru_cache(maxsize=4)
+def _probe(bwrap: str) -> str:
+    """'' when bwrap can make a sandbox here, else why not (e.g. user namespaces disabled)."""
+    argv = [bwrap, *_base_args(), "--", sys.executable, "-c", "pass"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap did not run: {exc}"
+    return "" if proc.returncode == 0 else f"bwrap failed: {proc.stderr.strip()[:300]}"
+
+
+def isolation() -> tuple[str | None, str]:
+    """(bwrap path or None, why there is no isolation)."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        why = ("disabled by KERNELSMITH_SANDBOX=none" if os.environ.get(SANDBOX_ENV, "").lower() == "none"
+               else "bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+        return None, why
+    why = _probe(bwrap)
+    return (None, why) if why else (bwrap, "")
+
+
+def _python_dirs() -> list[str]:
+    """Everything the interpreter reads: its prefixes and the library dirs on sys.path (never the project)."""
+    root = package_root()
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(sys.executable).parent)}
+    dirs.add(str(Path(os.path.realpath(sys.executable)).parent.parent))
+    prefixes = [os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        # Only library dirs: a script's own dir, the working dir or tests/ on sys.path may hold anything.
+        library = (real + os.sep).startswith(tuple(prefixes)) or any(
+            part in ("site-packages", "dist-packages") for part in Path(real).parts)
+        if real and os.path.isdir(real) and library:
+            dirs.add(real)
+    # Keep only outermost dirs; a path under the project root other than the package itself is never shown.
+    keep = []
+    for d in sorted({os.path.realpath(d) for d in dirs}):
+        if any(d == k or d.startswith(k + os.sep) for k in keep):
+            continue
+        if root.startswith(d + os.sep):  # a prefix above the project (e.g. /work): bind its pieces instead
+            continue
+        keep.append(d)
+    return keep
+
+
+def _base_args() -> list[str]:
+    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--proc", "/proc", "--dev", "/dev"]
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    for name in ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for d in _python_dirs():
+        args += ["--ro-bind", d, d]
+    pkg = str(Path(kernelsmith.__file__).resolve().parent)
+    args += ["--ro-bind", pkg, pkg]
+    return args
+
+
+def _gpu_args(gpu: int | None) -> list[str]:
+    args = []
+    for d in GPU_DIRS:
+        if os.path.exists(d):
+            args += ["--ro-bind", d, d]
+    for d in Path("/usr/local").glob("cuda-*"):
+        args += ["--ro-bind", str(d), str(d)]
+    index = visible_device(gpu or 0)
+    nodes = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"]
+    nodes.append(f"nvidia{index}" if index.isdigit() else "nvidia0")
+    if not index.isdigit():  # a UUID: which node it is cannot be told from here, so show them all
+        nodes += [p.name for p in Path("/dev").glob("nvidia[0-9]*")]
+    for n in dict.fromkeys(nodes):
+        if os.path.exists(f"/dev/{n}"):
+            args += ["--dev-bind", f"/dev/{n}", f"/dev/{n}"]
+    if os.path.isdir("/dev/dri"):
+        args += ["--dev-bind", "/dev/dri", "/dev/dri"]
+    return args
+
+
+# -------------------------------------------------------------------------------------------- cgroups
+
+
+class MemoryCgroup:
+    """A memory cgroup for one sandbox (v2, else v1) when this process may make one; else None."""
+
+    def __init__(self, path: Path, version: int):
+        self.path, self.version = path, version
+
+    @classmethod
+    def create(cls, limit_bytes: int) -> MemoryCgroup | None:
+        name = f"kernelsmith-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+        for version, parent in _cgroup_parents():
+            path = parent / name
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            try:
+                if version == 2:
+                    (path / "memory.max").write_text(str(limit_bytes))
+                    (path / "memory.swap.max").write_text("0") if (path / "memory.swap.max").exists() else None
+                else:
+                    (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
+                return cls(path, version)
+            except OSError:
+                path.rmdir()
+        return None
+
+    def procs_file(self) -> str:
+        return str(self.path / "cgroup.procs")
+
+    def oom_killed(self) -> bool:
         try:
-            mode = p.stat().st_mode
-        except OSError:
+            if self.version == 2:
+                events = (self.path / "memory.events").read_text()
+                return any(line.split()[0] in ("oom_kill", "oom") and int(line.split()[1]) > 0
+                           for line in events.splitlines())
+            failcnt = int((self.path / "memory.failcnt").read_text())
+            oom = (self.path / "memory.oom_control").read_text()
+            kills = [int(line.split()[1]) for line in oom.splitlines() if line.startswith("oom_kill ")]
+            return bool(kills and kills[0] > 0) or failcnt > 0
+        except (OSError, ValueError, IndexError):
             return False
-        need = stat.S_IXOTH if stat.S_ISDIR(mode) else stat.S_IROTH
-        if not mode & need:
-            return False
-    return True
+
+    def peak_mb(self) -> float:
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        try:
+            return int((self.path / name).read_text()) / 2**20
+        except (OSError, ValueError):
+            return 0.0
+
+    def kill_all(self) -> None:
+        if self.version == 2 and (self.path / "cgroup.kill").exists():
+            try:
+                (self.path / "cgroup.kill").write_text("1")
+                return
+            except OSError:
+                pass
+        try:
+            for pid in (self.path / "cgroup.procs").read_text().split():
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                self.kill_all()
+                time.sleep(0.02)
 
 
-def can_drop_to_nobody() -> bool:
-    if os.geteuid() != 0:
-        return False
-    import torch
+@lru_cache(maxsize=1)
+def _cgroup_parents() -> list[tuple[int, Path]]:
+    """Writable places for a new memory cgroup, best first."""
+    found: list[tuple[int, Path]] = []
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return found
+    for line in mounts:
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        mnt, fstype, opts = parts[1], parts[2], parts[3].split(",")
+        if fstype == "cgroup2":
+            rel = next((c.split(":", 2)[2] for c in own if c.startswith("0::")), "/")
+            for base in (Path(mnt) / rel.lstrip("/"), Path(mnt)):
+                try:
+                    if "memory" in (base / "cgroup.subtree_control").read_text().split() and os.access(base, os.W_OK):
+                        found.append((2, base))
+                        break
+                except OSError:
+                    continue
+        elif fstype == "cgroup" and "memory" in opts:
+            rel = next((c.split(":", 2)[2] for c in own if ":memory:" in c), "/")
+            for base in (Path(mnt) / rel.lstrip("/"), Path(mnt)):
+                if base.is_dir() and os.access(base, os.W_OK) and (base / "memory.limit_in_bytes").exists():
+                    found.append((1, base))
+                    break
+    found.sort(key=lambda vp: -vp[0])
+    return found
 
-    needed = [Path(sys.executable), Path(kernelsmith.__file__), Path(torch.__file__)]
-    return all(_world_accessible(p) for p in needed)
+
+# --------------------------------------------------------------------------------------------- the log
 
 
-def _preexec(limits: Limits, isolate_net: bool, drop: bool) -> None:
-    """In the child before exec: limits, a private network namespace (needs root), then the user drop."""
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    fsize = limits.file_mb << 20
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    if isolate_net:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.unshare(CLONE_NEWNET)  # best effort: without the privilege the child keeps the host network
-    if drop:
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
-    # After the user change (which clears it): the child dies with the thread that started it, so a killed
-    # orchestrator or service leaves no candidate running on (a hang would otherwise run forever).
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+class LogDrain:
+    """Reads a child's output pipe to its end, keeping the first and the last `limit` bytes: a candidate that
+    prints gigabytes costs the orchestrator a bounded buffer, and nothing touches the disk."""
+
+    def __init__(self, fd: int, limit: int):
+        self.head, self.tail, self.dropped = bytearray(), bytearray(), 0
+        self.limit = limit
+        self._thread = threading.Thread(target=self._drain, args=(fd,), daemon=True, name="kernelsmith-log")
+        self._thread.start()
+
+    def _drain(self, fd: int) -> None:
+        with os.fdopen(fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(1 << 16):
+                room = self.limit // 4 - len(self.head)
+                if room > 0:
+                    self.head += chunk[:room]
+                    chunk = chunk[room:]
+                self.tail += chunk
+                if len(self.tail) > self.limit:
+                    self.dropped += len(self.tail) - self.limit
+                    del self.tail[: len(self.tail) - self.limit]
+
+    def text(self, wait: float = 2.0) -> str:
+        self._thread.join(wait)
+        head = bytes(self.head).decode(errors="replace")
+        tail = bytes(self.tail).decode(errors="replace")
+        return head + (f"\n[... {self.dropped} bytes cut ...]\n" if self.dropped else "") + tail
+
+
+# ------------------------------------------------------------------------------------------ a child
 
 
 @dataclass
@@ -143,121 +382,202 @@ class ChildOutcome:
     peak_rss_mb: float = 0.0
 
 
+def _preexec(limits: Limits, procs_file: str | None, rlimit_data: bool) -> None:
+    """In the child, before exec: no core dumps, a file-size cap, the cgroup (so everything it starts is in
+    it before any of its code runs), a data-size cap where no cgroup could be made, death with its parent."""
+    import ctypes
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    fsize = limits.file_mb << 20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    if procs_file:
+        with open(procs_file, "w") as fh:
+            fh.write("0")
+    if rlimit_data:
+        data = limits.memory_mb << 20
+        resource.setrlimit(resource.RLIMIT_DATA, (data, data))
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 @dataclass
 class Child:
-    """A running worker; `wait_for` polls it for a file, its exit, the deadline and its memory."""
+    """One sandboxed process: started with `start`, polled for its exit and memory, killed from outside."""
 
     proc: subprocess.Popen
-    work_dir: Path
     limits: Limits
+    drain: LogDrain
+    info: dict[str, Any]
+    cgroup: MemoryCgroup | None = None
+    host_dir: Path | None = None  # the work dir on the host, when there is no sandbox tmpfs
     started: float = field(default_factory=time.monotonic)
     peak_rss_mb: float = 0.0
 
     @classmethod
-    def start(cls, work_dir: Path, device: str, limits: Limits, untrusted: bool = True,
-              gpu: int | None = None, module: str = "kernelsmith.referee.worker") -> Child:
-        """Start a worker in `work_dir`; `untrusted` (candidate code) drops to `nobody` where possible;
-        `gpu` pins it to that one device (it then sees it as cuda:0); `module` is the entry point (a backend's
-        builder, e.g. `kernelsmith.backends.cuda`)."""
-        env = child_env(work_dir, device)
+    def start(cls, argv: list[str], device: str, limits: Limits, gpu: int | None = None,
+              pass_fds: tuple[int, ...] = (), ro_files: dict[str, str] | None = None,
+              rw_dir: Path | None = None, uid: int = NOBODY, env: dict[str, str] | None = None) -> Child:
+        """Run `python argv...` sandboxed ("{work}" in argv becomes the work dir as the child sees it).
+        `ro_files` maps names in the work dir to host files (bound read-only); `rw_dir`, if given, is a host dir
+        bound as the work dir (a builder's outputs), else a private tmpfs; `pass_fds` keep their numbers."""
+        bwrap, why = isolation()
+        home = JOB if bwrap else None
+        host_dir = None
+        if bwrap is None:
+            host_dir = rw_dir or Path(tempfile.mkdtemp(prefix="kernelsmith-child-"))
+            home = str(host_dir)
+            for name, src in (ro_files or {}).items():
+                shutil.copyfile(src, host_dir / name)
+        argv = [a.replace("{work}", home) for a in argv]
+        environ = child_env(device, home)
         if gpu is not None and device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = visible_device(gpu)
-        log = open(work_dir / "log.txt", "ab")
-        root = os.geteuid() == 0
-        drop = untrusted and can_drop_to_nobody()
-        if drop:
-            os.chmod(work_dir.parent, 0o711)  # traversable to reach its own dir, not listable
-            for p in [work_dir, *work_dir.rglob("*")]:
-                os.chown(p, NOBODY, NOBODY)
-        proc = subprocess.Popen(
-            [sys.executable, "-m", module, str(work_dir)],
-            cwd=work_dir, env=env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True,
-            preexec_fn=lambda: _preexec(limits, isolate_net=root, drop=drop),
-        )
-        log.close()
-        return cls(proc, work_dir, limits)
+            environ["CUDA_VISIBLE_DEVICES"] = visible_device(gpu)
+        environ.update(env or {})
+        cgroup = MemoryCgroup.create(limits.memory_mb << 20) if bwrap else None
+        cmd = [sys.executable, *argv]
+        if bwrap:
+            tmp = str(limits.tmp_mb << 20)
+            args = [bwrap, *_base_args()]
+            if device == "cuda":
+                args += _gpu_args(gpu)
+            args += ["--size", tmp, "--tmpfs", "/tmp", "--size", tmp, "--tmpfs", "/dev/shm"]
+            if rw_dir is not None:
+                args += ["--bind", str(rw_dir), JOB]
+            else:
+                args += ["--perms", "0700", "--size", tmp, "--tmpfs", JOB]
+            for name, src in (ro_files or {}).items():
+                args += ["--ro-bind", src, f"{JOB}/{name}"]
+            args += ["--uid", str(uid), "--gid", str(uid), "--hostname", "sandbox", "--chdir", JOB, "--", *cmd]
+            cmd = args
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                cmd, cwd=home if bwrap is None else "/", env=environ, stdin=subprocess.DEVNULL, stdout=write_fd,
+                stderr=write_fd, start_new_session=True, close_fds=True, pass_fds=pass_fds,
+                preexec_fn=lambda: _preexec(limits, cgroup.procs_file() if cgroup else None,
+                                            rlimit_data=bool(bwrap) and cgroup is None and device == "cpu"),
+            )
+        except BaseException:
+            os.close(read_fd)
+            if cgroup:
+                cgroup.remove()
+            raise
+        finally:
+            os.close(write_fd)
+        info = {"isolation": "bwrap" if bwrap else "none",
+                "memory_limit": (f"cgroup-v{cgroup.version}" if cgroup
+                                 else "rlimit-data" if bwrap and device == "cpu" else "polled"),
+                "limit_mb": limits.memory_mb}
+        if not bwrap:
+            info["why"] = why
+        return cls(proc, limits, LogDrain(read_fd, limits.log_kb << 10), info, cgroup, host_dir)
 
     def rss_mb(self) -> float:
-        try:
-            with open(f"/proc/{self.proc.pid}/status") as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return 0.0
+        """Resident memory of the sandbox (the cgroup's usage, else the process tree's RSS)."""
+        if self.cgroup is not None:
+            name = "memory.current" if self.cgroup.version == 2 else "memory.usage_in_bytes"
+            try:
+                return int((self.cgroup.path / name).read_text()) / 2**20
+            except (OSError, ValueError):
+                return 0.0
+        total = 0.0
+        for pid in _tree(self.proc.pid):
+            try:
+                with open(f"/proc/{pid}/status") as fh:
+                    for line in fh:
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1]) / 1024
+            except OSError:
+                pass
+        return total
 
-    def wait_for(self, path: Path | None, deadline: float) -> ChildOutcome | None:
-        """Block until `path` exists (→ None) or the child ends, overruns or outgrows its memory (→ outcome)."""
+    def check(self, deadline: float) -> ChildOutcome | None:
+        """None while it runs within its limits; else why it ended (killing it if it overran)."""
+        code = self.proc.poll()
+        if code is not None:
+            return self._outcome(code)
+        rss = self.rss_mb()
+        self.peak_rss_mb = max(self.peak_rss_mb, rss)
+        if rss > self.limits.memory_mb:
+            self.kill()
+            return ChildOutcome(self.proc.returncode, memory_exceeded=True, elapsed_s=self.elapsed(),
+                                peak_rss_mb=self.peak_rss_mb)
+        if time.monotonic() > deadline:
+            self.kill()
+            return ChildOutcome(self.proc.returncode, timed_out=True, elapsed_s=self.elapsed(),
+                                peak_rss_mb=self.peak_rss_mb)
+        return None
+
+    def wait(self, deadline: float) -> ChildOutcome:
+        """Until it exits, overruns or outgrows its memory."""
         delay = 0.005
-        while True:
-            code = self.proc.poll()
-            if path is not None and path.exists():
-                return None
-            if code is not None:
-                return self._outcome(code)
-            rss = self.rss_mb()
-            self.peak_rss_mb = max(self.peak_rss_mb, rss)
-            if rss > self.limits.memory_mb:
-                self.kill()
-                return ChildOutcome(self.proc.returncode, memory_exceeded=True,
-                                    elapsed_s=self.elapsed(), peak_rss_mb=self.peak_rss_mb)
-            if time.monotonic() > deadline:
-                self.kill()
-                return ChildOutcome(self.proc.returncode, timed_out=True, elapsed_s=self.elapsed(),
-                                    peak_rss_mb=self.peak_rss_mb)
+        while (outcome := self.check(deadline)) is None:
             time.sleep(delay)
             delay = min(delay * 1.5, 0.05)
-
-    def send(self, line: str) -> None:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write((line + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
+        return outcome
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     def _outcome(self, code: int) -> ChildOutcome:
         sig = ""
+        if self.info["isolation"] == "bwrap" and code > 128:
+            code = -(code - 128)  # bwrap reports a child killed by signal N as 128 + N
         if code < 0:
             try:
                 sig = signal.Signals(-code).name
             except ValueError:
                 sig = f"signal {-code}"
-        return ChildOutcome(code, signal_name=sig, elapsed_s=self.elapsed(), peak_rss_mb=self.peak_rss_mb)
+        oom = self.cgroup is not None and self.cgroup.oom_killed() and sig == "SIGKILL"
+        if self.cgroup is not None:
+            self.peak_rss_mb = max(self.peak_rss_mb, self.cgroup.peak_mb())
+        return ChildOutcome(code, memory_exceeded=oom, signal_name=sig, elapsed_s=self.elapsed(),
+                            peak_rss_mb=self.peak_rss_mb)
 
     def kill(self) -> None:
-        """Kill the child's whole process group (it may have spawned helpers)."""
+        """Kill the sandbox and everything in it (its process group, its cgroup; the PID namespace follows)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+        elif self.info["isolation"] == "none":
+            for pid in _tree(self.proc.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
 
-    def finish(self, deadline: float) -> ChildOutcome:
-        """Let the child exit by itself (closing its stdin), within the deadline."""
-        if self.proc.stdin:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-        outcome = self.wait_for(None, deadline)
-        assert outcome is not None
-        return outcome
+    def close(self) -> None:
+        """Kill if still running, then release its cgroup and host dir."""
+        if self.proc.poll() is None:
+            self.kill()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.host_dir is not None:
+            shutil.rmtree(self.host_dir, ignore_errors=True)
 
-    def log(self, limit: int = 8000) -> str:
-        try:
-            data = (self.work_dir / "log.txt").read_bytes()
-        except OSError:
-            return ""
-        text = data.decode(errors="replace")
-        if len(text) > limit:
-            text = f"[... {len(text) - limit} characters cut ...]\n" + text[-limit:]
-        return text
+    def log(self) -> str:
+        return self.drain.text()
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (by /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out

@@ -106,6 +106,11 @@ def measure_bandwidth() -> float:
     return best
 
 
+def pool_size(set_bytes: int, opts: TimingOptions) -> int:
+    """How many input sets timing rotates through: enough to defeat caches, within `pool_bytes`."""
+    return int(max(2, min(8, opts.pool_bytes // max(set_bytes, 1))))
+
+
 def time_pair(
     ref_fn: Fn,
     cand_fn: Fn,
@@ -116,8 +121,7 @@ def time_pair(
     """Time `ref_fn` against `cand_fn` on inputs from `make_inputs(seed)` (already on the GPU)."""
     opts = opts or TimingOptions()
     first = make_inputs(0)
-    set_bytes = sum(a.numel() * a.element_size() for a in first if isinstance(a, torch.Tensor))
-    n_pool = int(max(2, min(8, opts.pool_bytes // max(set_bytes, 1))))
+    n_pool = pool_size(sum(a.numel() * a.element_size() for a in first if isinstance(a, torch.Tensor)), opts)
     pool = [first] + [make_inputs(i) for i in range(1, n_pool)]
     ref, cand = _Side(ref_fn, pool), _Side(cand_fn, pool)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -1,21 +1,21 @@
-"""Cheat: like hole_patch_worker, but it swaps the *code object* of the worker's `_save` (the function object,
-which the tamper check compares by identity, stays the same). The compute happens while outputs are saved,
-outside the guarded call; forward only launches a copy kernel."""
-import sys
-
+"""Cheat: like hole_patch_worker, but it swaps the *code object* of the channel's `encode` (the function object,
+which the tamper check compares by identity, stays the same): outputs are computed while they are sent."""
 import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
+from kernelsmith.referee import channel
 
 
-def _evil_save(path, tensors):
+def _evil_encode(values):
     import torch
+    from kernelsmith.referee.channel import _encode_value
+    tensors = []
+    values = [torch.relu(values[0])] + list(values[1:])
+    return [_encode_value(v, tensors) for v in values], tensors
 
-    torch.save([torch.relu(t.detach().to("cpu")) for t in tensors], path)
 
-
-sys.modules["__main__"]._save.__code__ = _evil_save.__code__
+channel.encode.__code__ = _evil_encode.__code__
 
 
 @triton.jit

