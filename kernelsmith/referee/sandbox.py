@@ -210,10 +210,12 @@ def _base_args() -> list[str]:
 def _gpu_args(gpu: int | None) -> list[str]:
     args = []
     for d in GPU_DIRS:
-        if os.path.exists(d):
+        if d.startswith("/usr/") and os.path.isdir("/usr") and not os.path.islink("/usr"):
+            continue  # already there with /usr (a symlink like /usr/local/cuda included)
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.exists(d):
             args += ["--ro-bind", d, d]
-    for d in Path("/usr/local").glob("cuda-*"):
-        args += ["--ro-bind", str(d), str(d)]
     index = visible_device(gpu or 0)
     nodes = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"]
     nodes.append(f"nvidia{index}" if index.isdigit() else "nvidia0")
