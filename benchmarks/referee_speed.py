@@ -52,11 +52,12 @@ def main() -> None:
             walls.append(time.perf_counter() - t0)
             verdicts.append(v)
             print(f"{Path(task).name:<22} {v.status.value:<10} {walls[-1]:6.2f} s speedup {v.speedup} "
-                  f"{v.timing.get('phases_s')} bound {v.timing.get('wall_bound_ms')}", flush=True)
+                  f"{v.timing.get('phases_s')} judge {v.timing.get('judge_s')} bound {v.timing.get('wall_bound_ms')}", flush=True)
         last = verdicts[-1]
         rows.append({"task": task, "candidate": cand, "overrides": overrides, "n": n, "median_wall_s": round(statistics.median(walls), 3),
                      "walls_s": [round(w, 3) for w in walls], "statuses": [v.status.value for v in verdicts],
                      "speedups": [v.speedup for v in verdicts], "phases_s": last.timing.get("phases_s"),
+                     "judge_s": last.timing.get("judge_s"),
                      "sandbox": last.sandbox, "error": last.error[:300]})
     result = {"date": str(date.today()), "device": verdicts[-1].device, "python": platform.python_version(),
               "torch": torch.__version__, "triton": triton.__version__, "rows": rows}

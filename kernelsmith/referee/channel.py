@@ -27,6 +27,7 @@ import torch
 MAX_HEADER = 1 << 20  # bytes of JSON in one packet
 MAX_TENSORS = 4096
 ALIGN = 64
+POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # fault a message's pages in at once, not one by one
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
@@ -112,7 +113,7 @@ def _memfd(tensors: list[torch.Tensor]) -> tuple[int, list[dict[str, Any]]]:
     try:
         os.ftruncate(fd, offset)
         if offset:
-            with mmap.mmap(fd, offset) as mm:
+            with mmap.mmap(fd, offset, flags=mmap.MAP_SHARED | POPULATE) as mm:
                 for t, place in zip(tensors, layout):
                     if place["nbytes"]:
                         dst = torch.frombuffer(mm, dtype=torch.uint8, count=place["nbytes"], offset=place["offset"])
@@ -200,7 +201,8 @@ def _materialise(fd: int | None, layout: list[Any], device: str | torch.device,
     if max_bytes is not None and total > max_bytes:
         raise ChannelError(f"message carries {total} bytes of tensors, more than the {max_bytes} expected")
     out = []
-    with mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ) if st.st_size else _Empty() as mm:
+    with (mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED | POPULATE, prot=mmap.PROT_READ) if st.st_size
+          else _Empty()) as mm:
         for dtype, shape, offset, nbytes in places:
             if nbytes == 0:
                 out.append(torch.empty(shape, dtype=dtype, device=device))

@@ -340,6 +340,7 @@ def _run(judge: _Judge, session: _Session, deadline: float) -> Verdict:
             v.trials = int(msg["trials"])
             v.max_abs_err, v.max_rel_err = msg["max_abs_err"], msg["max_rel_err"]
             judge.merge(msg["findings"])
+            v.timing["judge_s"] = msg.get("spent", {})
         elif op == "candidate_report" and checked:
             _merge_report(judge, session, msg["report"])
             if judge.opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):

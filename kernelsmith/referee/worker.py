@@ -211,6 +211,7 @@ class Judge:
         self.ctl, self.link, self.job = ctl, link, job
         self.device = job["device"]
         self.tol = job.get("tolerance")
+        self.spent: dict[str, float] = {}  # seconds per step of the cases, summed (verdict.timing["judge_s"])
 
     def tell(self, op: str, **fields: Any) -> None:
         channel.send(self.ctl, {"op": op, **fields})
@@ -263,7 +264,7 @@ class Judge:
         try:
             self.ask({"op": "init", "init_seed": self.job["init_seed"]}, init, expect="ready").close()
             result = self.correctness(task, model, cases)
-            self.tell("checked", **result)
+            self.tell("checked", **result, spent={k: round(v, 3) for k, v in self.spent.items()})
             report = self.ask({"op": "report"}, expect="report")
             self.tell("candidate_report", report=_bounded(report, "report"))
             if self.device == "cuda" and result["ok"]:
@@ -282,12 +283,20 @@ class Judge:
 
         inputs = cases.inputs(name)
         in_bytes = _nbytes(inputs)
-        header = {"op": "run", "case": run_name, "poison": poison}
+        # The candidate's inputs come back after forward, for the judge's own bitwise check that forward left
+        # them alone: always on the CPU; on a GPU (gigabytes each way) for the first case, the candidate's
+        # process checks the others itself.
+        back = self.device == "cpu" or run_name == cases.names[0]
+        header = {"op": "run", "case": run_name, "poison": poison, "return_inputs": back}
+        clock = _Clock(self.spent)
         self.request(header, inputs)
+        clock("send")
         with torch.no_grad():  # while the candidate works on its copy
             ref = _flat(model(*inputs))
         _sync(self.device)
+        clock("reference")
         reply = self.answer(header, expect="output")
+        clock("candidate")
         try:
             n_out = reply.get("n_outputs")
             values = reply.values(self.device, max_bytes=2 * (_nbytes(ref) + in_bytes) + (1 << 20))
@@ -295,17 +304,23 @@ class Judge:
             return {"ok": False, "finding": "output_structure", "message": f"{run_name}: {exc}"}
         finally:
             reply.close()
+        clock("receive")
         if not isinstance(n_out, int) or not 0 <= n_out <= len(values):
             raise CandidateFault({"op": "violation", "message": "output message without a valid output count"})
         out, returned_inputs = values[:n_out], values[n_out:]
         if not all(isinstance(t, torch.Tensor) for t in out):
             return {"ok": False, "finding": "output_not_dense", "message": f"{run_name}: an output is no tensor"}
         res = {"ref": ref, "out": out, "bytes": in_bytes + _nbytes(ref)}
-        if not _unchanged(returned_inputs, inputs) and not _unchanged(returned_inputs, cases.inputs(name)):
+        if not back:
+            mutated = reply.get("inputs_unchanged") is not True
+        else:
+            mutated = not _unchanged(returned_inputs, inputs) and not _unchanged(returned_inputs, cases.inputs(name))
+        if mutated:
             res.update(ok=False, finding="input_mutated", message=f"forward changed its inputs in place ({name})")
             return res
         cmp = compare_outputs(out, ref, self.tol)
         res.update(ok=cmp.ok, cmp=cmp)
+        clock("compare")
         return res
 
     def correctness(self, task: Any, model: Any, cases: Cases) -> dict[str, Any]:
@@ -404,6 +419,18 @@ class Judge:
                 torch.cuda.synchronize()
             bound["ref_wall_ms"] = (time.perf_counter() - t0) * 1e3
         self.tell("timed", claim=claim, check=check_result, bound=bound)
+
+
+class _Clock:
+    """Adds the seconds since the last call to `spent[step]`."""
+
+    def __init__(self, spent: dict[str, float]):
+        self.spent, self.t = spent, time.perf_counter()
+
+    def __call__(self, step: str) -> None:
+        now = time.perf_counter()
+        self.spent[step] = self.spent.get(step, 0.0) + now - self.t
+        self.t = now
 
 
 class TaskFault(Exception):
@@ -606,6 +633,8 @@ class CandidateRunner:
 
         inputs = msg.values(self.device)
         msg.close()
+        pristine = None if msg.get("return_inputs", True) else [
+            t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
         in_sizes = [t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)]
         # The inputs' own earlier blocks are freed memory too: poison them as well.
         _poison(self.out_sizes + in_sizes * 2, int(msg.get("poison", POISON_A)), self.device)
@@ -619,8 +648,12 @@ class CandidateRunner:
             raise TypeError(problem)
         self.out_sizes = [t.numel() * t.element_size() for t in tensors]
         self.last_inputs = inputs
-        channel.send(self.link, {"op": "output", "case": msg["case"], "n_outputs": len(tensors)},
-                     [torch.Tensor.detach(t) for t in tensors] + list(inputs))
+        header = {"op": "output", "case": msg["case"], "n_outputs": len(tensors)}
+        if pristine is not None:  # checked here: defence in depth only (see Judge.case)
+            header["inputs_unchanged"] = _unchanged(inputs, pristine)
+            del pristine
+        channel.send(self.link, header, [torch.Tensor.detach(t) for t in tensors]
+                     + (list(inputs) if msg.get("return_inputs", True) else []))
 
     def report(self) -> None:
         g = self.guards
