@@ -4,6 +4,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# The referee's sandbox: bubblewrap (Debian/Ubuntu package `bubblewrap`). Without it every verdict says
+# `isolation: none` and the strict policy certifies nothing.
+if ! command -v bwrap >/dev/null; then
+  SUDO=""; if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO="sudo"; fi
+  if command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; }; then
+    ($SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap) >/dev/null \
+      || echo "warning: could not install bubblewrap; candidates will run without OS isolation" >&2
+  else
+    echo "warning: bubblewrap (bwrap) is not installed; candidates will run without OS isolation" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

@@ -85,3 +85,61 @@ def test_ray_backend_gives_the_local_pools_verdicts() -> None:
         pool.close()
     finally:
         ray.shutdown()
+
+
+_CROSS = """
+import sys, time, json
+from kernelsmith.referee.lease import LeaseHolder
+out = []
+for i in range(4):
+    hold = LeaseHolder(None, sys.argv[1])  # no pool: the process's own lease and the GPU's lock file
+    time.sleep(0.01)
+    hold.exclusive()
+    t0 = time.time()
+    time.sleep(0.03)
+    out.append((t0, time.time()))
+    hold.release()
+print(json.dumps(out))
+"""
+
+
+def test_timing_never_overlaps_whoever_submits(tmp_path) -> None:
+    """Three processes and, in this one, threads without a shared pool lease, all on one GPU: no two timing
+    phases overlap (the per-GPU lock file, plus each process's own lease)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    key = f"test-gpu-{os.getpid()}"
+    env = {**os.environ, "KERNELSMITH_LOCK_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", _CROSS, key], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(3)]
+    intervals: list[tuple[float, float]] = []
+    lock = threading.Lock()
+    os.environ["KERNELSMITH_LOCK_DIR"] = str(tmp_path)
+    try:
+        def local() -> None:
+            for _ in range(3):
+                hold = LeaseHolder(None, key)
+                hold.exclusive()
+                t0 = time.time()
+                time.sleep(0.03)
+                with lock:
+                    intervals.append((t0, time.time()))
+                hold.release()
+
+        threads = [threading.Thread(target=local) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for p in procs:
+            out, _ = p.communicate(timeout=60)
+            intervals += [tuple(x) for x in json.loads(out)]
+    finally:
+        del os.environ["KERNELSMITH_LOCK_DIR"]
+    assert len(intervals) == 3 * 4 + 2 * 3
+    intervals.sort()
+    for (a0, a1), (b0, b1) in zip(intervals, intervals[1:]):
+        assert b0 >= a1, f"timing phases overlap: {(a0, a1)} and {(b0, b1)}"

@@ -111,7 +111,7 @@ class LocalEvaluator:
         name = str(opts.pop("task_name", "task"))
         known = _eval_option_names()
         try:
-            eo = EvalOptions(**{k: v for k, v in opts.items() if k in known})
+            eo = EvalOptions(**{"warm": self.max_workers, **{k: v for k, v in opts.items() if k in known}})
             eo.validate()
             task = Task.load(self._task_path(task_source, name), device=eo.device)
             return evaluate(task, Candidate(candidate_source), eo).to_dict()

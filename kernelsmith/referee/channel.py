@@ -126,6 +126,14 @@ def _memfd(tensors: list[torch.Tensor]) -> tuple[int, list[dict[str, Any]]]:
     return fd, layout
 
 
+def send_fd(sock: socket.socket, header: dict[str, Any], fd: int) -> None:
+    """Send one message carrying a descriptor of ours (a socket handed on to another process)."""
+    try:
+        socket.send_fds(sock, [json.dumps(header).encode()], [fd])
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        raise PeerGone(str(exc)) from exc
+
+
 def send(sock: socket.socket, header: dict[str, Any], values: Sequence[Any] | None = None) -> None:
     """Send one message; `values` (a list of tensors and plain values) travel as `header["values"]`."""
     fds: list[int] = []

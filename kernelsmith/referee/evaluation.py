@@ -9,13 +9,12 @@ those facts and can only make its verdict worse.
 
 from __future__ import annotations
 
-import json
-import os
+import queue
 import secrets
-import shutil
-import tempfile
+import socket
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,15 @@ from kernelsmith.candidate import Candidate
 from kernelsmith.referee import channel
 from kernelsmith.referee.lease import LeaseHolder
 from kernelsmith.referee.policy import POLICIES
-from kernelsmith.referee.sandbox import Child, ChildOutcome, Limits, redact, secret_values
+from kernelsmith.referee.sandbox import (
+    NOBODY,
+    Child,
+    ChildOutcome,
+    Limits,
+    redact,
+    secret_values,
+    visible_device,
+)
 from kernelsmith.referee.verdict import Finding, Severity, Status, Verdict
 from kernelsmith.task import Task
 
@@ -51,6 +58,7 @@ class EvalOptions:
     backend: str = "triton"  # kernelsmith.backends: triton | cuda
     compile_timeout_s: float = 240.0  # a backend's build step (CUDA: nvcc), within timeout_s
     build_cache_dir: str | None = None  # built extensions by source digest (default ~/.cache/kernelsmith/...)
+    warm: int = 0  # sandboxes kept started ahead for later evaluations like this one (a pool's concurrency)
 
     def validate(self) -> None:
         import math
@@ -128,28 +136,93 @@ def _worker(role: str) -> list[str]:
     return ["-m", "kernelsmith.referee.worker", role]
 
 
-class _Session:
-    """The two sandboxes of one evaluation and the orchestrator's end of the judge's channel."""
+class _Spares:
+    """Sandboxes started ahead of need, each used for one evaluation only (a fresh process per candidate): an
+    evaluation that finds one ready skips the interpreter's and torch's start-up. Spares are started by one
+    long-lived thread, since a child dies with the thread that started it (PR_SET_PDEATHSIG)."""
 
-    def __init__(self, task: Task, candidate_file: str, opts: EvalOptions, ro_files: dict[str, str],
-                 env: dict[str, str]):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: dict[tuple, list[tuple[Child, socket.socket]]] = {}
+        self._wanted: queue.Queue[tuple[tuple, str, EvalOptions]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def key(role: str, opts: EvalOptions) -> tuple:
+        return (role, opts.device, opts.gpu, astuple(opts.limits))
+
+    def take(self, role: str, opts: EvalOptions, ro_files: dict[str, str] | None = None) -> tuple[Child, socket.socket]:
+        """A ready sandbox for `role` (else one started now); `opts.warm` spares are kept for later."""
+        key = self.key(role, opts)
+        got = None
+        if not ro_files:
+            with self._lock:
+                ready = self._ready.setdefault(key, [])
+                while ready and got is None:
+                    child, sock = ready.pop(0)
+                    if child.proc.poll() is None:
+                        got = (child, sock)
+                    else:
+                        child.close()
+                        sock.close()
+                missing = opts.warm - len(ready)
+            for _ in range(max(0, missing)):
+                self._wanted.put((key, role, opts))
+            if missing > 0 and self._thread is None:
+                self._thread = threading.Thread(target=self._starter, daemon=True, name="kernelsmith-spares")
+                self._thread.start()
+        return got or start_sandbox(role, opts, ro_files)
+
+    def _starter(self) -> None:
+        while True:
+            key, role, opts = self._wanted.get()
+            with self._lock:
+                if len(self._ready.get(key, [])) >= opts.warm:
+                    continue
+            try:
+                spare = start_sandbox(role, opts)
+            except OSError:
+                continue
+            with self._lock:
+                self._ready.setdefault(key, []).append(spare)
+
+
+SPARES = _Spares()
+
+
+def start_sandbox(role: str, opts: EvalOptions, ro_files: dict[str, str] | None = None) -> tuple[Child, socket.socket]:
+    """A judge or candidate sandbox and the orchestrator's end of its channel."""
+    mine, theirs = channel.pair()
+    try:
+        child = Child.start(_worker(role), opts.device, opts.limits, gpu=opts.gpu, pass_fds=(theirs.fileno(),),
+                            uid=JUDGE_UID if role == "judge" else NOBODY, ro_files=ro_files,
+                            env={"KERNELSMITH_FD": str(theirs.fileno()), "KERNELSMITH_DEVICE": opts.device})
+    except BaseException:
+        mine.close()
+        raise
+    finally:
+        theirs.close()  # it lives in the child now
+    return child, mine
+
+
+class _Session:
+    """The two sandboxes of one evaluation and the orchestrator's end of the judge's channel. The candidate's
+    channel is handed to the judge: from then on only the judge talks to the candidate."""
+
+    def __init__(self, candidate: Candidate, opts: EvalOptions, ro_files: dict[str, str], config: dict[str, Any]):
         self.opts = opts
-        ctl, ctl_judge = channel.pair()
-        link_judge, link_cand = channel.pair()
-        self.ctl = ctl
         self.judge = self.cand = None
+        self.judge, self.ctl = SPARES.take("judge", opts)
         try:
-            self.judge = Child.start(_worker("judge"), opts.device, opts.limits, gpu=opts.gpu, uid=JUDGE_UID,
-                                     pass_fds=(ctl_judge.fileno(), link_judge.fileno()),
-                                     env={"KERNELSMITH_FD": str(ctl_judge.fileno()),
-                                          "KERNELSMITH_LINK_FD": str(link_judge.fileno())})
-            self.cand = Child.start(_worker("candidate"), opts.device, opts.limits, gpu=opts.gpu,
-                                    pass_fds=(link_cand.fileno(),), ro_files={"candidate.py": candidate_file,
-                                                                              **ro_files},
-                                    env={"KERNELSMITH_FD": str(link_cand.fileno()), **env})
-        finally:
-            for s in (ctl_judge, link_judge, link_cand):  # each now lives in its child only
-                s.close()
+            self.cand, cand_sock = SPARES.take("candidate", opts, ro_files)
+            try:
+                channel.send(cand_sock, {"op": "config", "source": candidate.source, **config})
+                channel.send_fd(self.ctl, {"op": "link"}, cand_sock.fileno())
+            finally:
+                cand_sock.close()
+        except BaseException:
+            self.close()
+            raise
         self.last = "start"  # the judge's last progress message: who is working now
 
     def recv(self, deadline: float) -> channel.Message | ChildOutcome:
@@ -177,6 +250,12 @@ class _Session:
         except channel.ChannelError:
             pass
 
+    def stop(self) -> None:
+        """Kill both sandboxes (their logs are complete once they are gone)."""
+        for child in (self.judge, self.cand):
+            if child is not None:
+                child.kill()
+
     def close(self) -> None:
         self.ctl.close()
         for child in (self.judge, self.cand):
@@ -196,22 +275,17 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
     judge = _Judge(opts, secret_values())
     seeds = {"init_seed": 42, "trial_seeds": [secrets.randbits(31) for _ in range(opts.trials)],
              "test_seed": secrets.randbits(31), "check_seed": secrets.randbits(31)}
-    root = Path(tempfile.mkdtemp(prefix="kernelsmith-eval-"))  # 0700: the candidate's file, bound read-only
     deadline = time.monotonic() + opts.timeout_s
     session: _Session | None = None
     try:
-        cand_file = root / "candidate.py"
-        cand_file.write_text(candidate.source)
-        os.chmod(cand_file, 0o644)
         ro_files: dict[str, str] = {}
-        env = {"KERNELSMITH_DEVICE": opts.device, "KERNELSMITH_POLICY": opts.policy,
-               "KERNELSMITH_REQUIRE_KERNEL": "1" if opts.require_kernel else "0", "KERNELSMITH_BACKEND": opts.backend}
+        config = {"policy": opts.policy, "require_kernel": opts.require_kernel, "backend": opts.backend}
         if opts.backend != "triton":
-            early = _build(candidate, opts, judge, deadline, ro_files, env)
+            early = _build(candidate, opts, judge, deadline, ro_files, config)
             if early is not None:
                 return early
-        judge.hold = LeaseHolder(opts.lease)
-        session = _Session(task, str(cand_file), opts, ro_files, env)
+        judge.hold = LeaseHolder(opts.lease, f"cuda-{visible_device(opts.gpu or 0)}" if opts.device == "cuda" else None)
+        session = _Session(candidate, opts, ro_files, config)
         judge.v.sandbox = dict(session.cand.info)
         session.send({"op": "job", "task_source": task.source, "device": opts.device,
                       "tolerance": opts.tolerance, "test_inputs": opts.test_inputs and task.has_test_inputs,
@@ -222,11 +296,10 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
             judge.hold.release()
         if session is not None:
             session.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _build(candidate: Candidate, opts: EvalOptions, judge: _Judge, deadline: float, ro_files: dict[str, str],
-           env: dict[str, str]) -> Verdict | None:
+           config: dict[str, Any]) -> Verdict | None:
     """A backend's build step, before any child runs candidate code: a verdict when it ends the evaluation
     (a compile error; on `--device cpu`, where a CUDA build cannot run, after saying whether it compiled)."""
     backend = get_backend(opts.backend)
@@ -247,7 +320,7 @@ def _build(candidate: Candidate, opts: EvalOptions, judge: _Judge, deadline: flo
             return judge.end(Status.COMPILE_ERROR, f"CUDA extension {ext['name']!r}: the build produced no module")
         ro_files[f"{ext['name']}.so"] = ext["so"]  # bound read-only: the candidate never sees the cache
         exts.append({**{k: ext[k] for k in ("name", "digest", "functions")}, "file": f"{ext['name']}.so"})
-    env["KERNELSMITH_CUDA_EXTENSIONS"] = json.dumps(exts)
+    config["cuda_extensions"] = exts
     return None
 
 
@@ -257,7 +330,9 @@ STAGES = {"import": "importing the candidate", "init": "constructing ModelNew", 
 
 def _candidate_fault(judge: _Judge, session: _Session, fault: dict[str, Any], deadline: float) -> Verdict:
     """The candidate ended the conversation: its own error report, a protocol violation, or its death."""
-    log = session.cand.log()
+    if fault.get("op") != "gone":
+        session.stop()
+    log = session.cand.log() if fault.get("op") != "gone" else ""
     if fault.get("op") == "violation":
         judge.finding("protocol_violation", f"the candidate broke the judge's protocol: {fault.get('message', '')}")
         return judge.end(Status.REJECTED, "", log)
@@ -327,8 +402,8 @@ def _run(judge: _Judge, session: _Session, deadline: float) -> Verdict:
         elif op == "reference_ready":
             judge.phase("reference_build")
         elif op == "task_error":
-            session.cand.kill()
-            session.judge.wait(min(deadline, time.monotonic() + 5))
+            session.judge.wait(min(deadline, time.monotonic() + 5))  # its last words, in its log
+            session.stop()
             return judge.end(Status.CRASHED, f"the task's reference failed: {msg.get('type')}: "
                              f"{msg.get('message', '')}", session.judge.log() + str(msg.get("traceback", "")))
         elif op == "candidate_fault":
@@ -344,8 +419,7 @@ def _run(judge: _Judge, session: _Session, deadline: float) -> Verdict:
         elif op == "candidate_report" and checked:
             _merge_report(judge, session, msg["report"])
             if judge.opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):
-                session.send({"op": "skip"})
-                session.judge.wait(min(deadline, time.monotonic() + 10))
+                session.stop()  # nothing more is asked of either: no graceful exit to wait for
                 return judge.end(None, log=session.cand.log())
             judge.hold.exclusive()  # waits until no other evaluation works on this GPU
             judge.phase("lease_wait")
@@ -353,7 +427,7 @@ def _run(judge: _Judge, session: _Session, deadline: float) -> Verdict:
         elif op == "timed":
             judge.phase("timing")
             _judge_timing(judge, msg)
-            session.judge.wait(min(deadline, time.monotonic() + 10))
+            session.stop()
             return judge.end(None, log=session.cand.log())
 
 

@@ -5,12 +5,54 @@ children compile, run the reference and the correctness trials) and trades it fo
 its timing phase: once a timing request waits, no new shared holder enters, the current ones finish their
 correctness work, and the timing sees an otherwise idle GPU. Without this, a neighbour's compilation or
 trials would land inside someone's measured interval and skew both speedups.
+
+Whoever submits: an evaluation with no pool's lease uses this process's lease for its GPU (`lease_for`), and
+every evaluation also holds a file lock per GPU (`flock`, shared / exclusive the same way), so timing phases
+on one GPU never overlap across threads, callers (workshop, coach, bench, pool) or processes.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import re
+import tempfile
 import threading
 import time
+
+_LEASES: dict[str, GpuLease] = {}
+_LEASES_LOCK = threading.Lock()
+
+
+def lease_for(key: str) -> GpuLease:
+    """This process's lease for the GPU named `key` (one per GPU, shared by every caller)."""
+    with _LEASES_LOCK:
+        return _LEASES.setdefault(key, GpuLease(key))
+
+
+class FileLease:
+    """A per-GPU lock file: shared while correctness runs, exclusive while timing, across processes."""
+
+    def __init__(self, key: str):
+        folder = os.environ.get("KERNELSMITH_LOCK_DIR") or tempfile.gettempdir()
+        path = os.path.join(folder, "kernelsmith-" + re.sub(r"[^A-Za-z0-9_.-]", "_", key) + ".lock")
+        old = os.umask(0)
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        finally:
+            os.umask(old)
+
+    def shared(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_SH)
+
+    def exclusive(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class GpuLease:
@@ -52,28 +94,43 @@ class GpuLease:
 
 
 class LeaseHolder:
-    """One evaluation's hold on a lease: shared at first, exclusive for timing, released exactly once."""
+    """One evaluation's hold on its GPU: shared at first, exclusive for timing, released exactly once.
 
-    def __init__(self, lease: GpuLease | None):
-        self.lease, self.mode = lease, ""
-        if lease is not None:
-            lease.acquire_shared()
+    `key` names the GPU across processes (None on the CPU: nothing to hold); `lease` is a pool's, else this
+    process's `lease_for(key)`."""
+
+    def __init__(self, lease: GpuLease | None, key: str | None = None):
+        self.lease = lease if lease is not None or key is None else lease_for(key)
+        self.file = FileLease(key) if key is not None else None
+        self.mode = ""
+        if self.lease is not None:
+            self.lease.acquire_shared()
+            if self.file is not None:
+                self.file.shared()
             self.mode = "shared"
 
     def exclusive(self) -> None:
         if self.lease is None or self.mode == "exclusive":
             return
-        if self.mode == "shared":
-            self.lease.release_shared()
-        self.mode = ""
+        self._drop()
         self.lease.acquire_exclusive()
+        if self.file is not None:
+            self.file.exclusive()
         self.mode = "exclusive"
 
-    def release(self) -> None:
-        if self.lease is None:
-            return
+    def _drop(self) -> None:
+        if self.file is not None and self.mode:
+            self.file.release()
         if self.mode == "shared":
             self.lease.release_shared()
         elif self.mode == "exclusive":
             self.lease.release_exclusive()
         self.mode = ""
+
+    def release(self) -> None:
+        if self.lease is None:
+            return
+        self._drop()
+        if self.file is not None:
+            self.file.close()
+            self.file = None

@@ -97,6 +97,7 @@ class LocalPool:
         self.gpus = gpus if device == "cuda" else []
         self.leases = {g: GpuLease(f"cuda:{g}") for g in self.gpus}
         self.capacity = len(self.gpus) * slots_per_gpu if self.gpus else cpu_slots
+        self.slots = slots_per_gpu if self.gpus else cpu_slots
         self._busy = {g: 0 for g in self.gpus}
         self._lock = threading.Lock()
         self.completed = 0
@@ -121,6 +122,7 @@ class LocalPool:
             return {"status": "bad_request", "correct": False, "error": str(exc)}
         gpu = self._pick()
         opts.gpu, opts.lease = gpu, self.leases.get(gpu) if gpu is not None else None
+        opts.warm = self.slots  # sandboxes started ahead, one per slot: the next evaluation starts at once
         t0 = time.monotonic()
         try:
             verdict = evaluate(task, Candidate(request["candidate_source"], "candidate"), opts).to_dict()

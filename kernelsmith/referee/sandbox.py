@@ -308,7 +308,20 @@ class MemoryCgroup:
 
 @lru_cache(maxsize=1)
 def _cgroup_parents() -> list[tuple[int, Path]]:
-    """Writable places for a new memory cgroup, best first."""
+    """Writable places for a new memory cgroup, best first (swept once of those a killed referee left)."""
+    found = _find_cgroup_parents()
+    for _, parent in found:
+        for stale in parent.glob("kernelsmith-*"):
+            try:
+                pid = int(stale.name.split("-")[1])
+                if not Path(f"/proc/{pid}").exists():
+                    stale.rmdir()  # fails, harmlessly, while anything still runs in it
+            except (ValueError, IndexError, OSError):
+                pass
+    return found
+
+
+def _find_cgroup_parents() -> list[tuple[int, Path]]:
     found: list[tuple[int, Path]] = []
     try:
         mounts = Path("/proc/self/mounts").read_text().splitlines()

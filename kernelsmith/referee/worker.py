@@ -17,10 +17,12 @@ Uses torch, triton, numpy, stdlib only.
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import os
 import random
 import socket
+import stat
 import sys
 import time
 import traceback
@@ -453,8 +455,6 @@ def _fail(result: dict[str, Any], name: str, message: str) -> dict[str, Any]:
 
 def _bounded(msg: dict[str, Any], op: str) -> dict[str, Any]:
     """A candidate's free-form report, passed on as data: bounded in size, never trusted for correctness."""
-    import json
-
     data = {k: v for k, v in msg.items() if k not in ("op", "values", "tensors")}
     text = json.dumps(data)
     if len(text) > REPORT_LIMIT:
@@ -462,9 +462,27 @@ def _bounded(msg: dict[str, Any], op: str) -> dict[str, Any]:
     return {"op": op, **data}
 
 
+def _preload(device: str) -> None:
+    """What every evaluation needs, done before the first message: a spare sandbox is ready to work at once."""
+    import numpy  # noqa: F401
+    import torch
+    import triton  # noqa: F401
+
+    import kernelsmith.referee.compare  # noqa: F401
+    import kernelsmith.task  # noqa: F401
+
+    if device == "cuda":
+        torch.cuda.init()
+
+
 def run_judge() -> int:
     ctl = _link()
-    link = socket.socket(fileno=int(os.environ["KERNELSMITH_LINK_FD"]))
+    _preload(os.environ["KERNELSMITH_DEVICE"])
+    first = channel.recv(ctl)  # the orchestrator's end of the candidate's channel, passed on to the judge
+    if first.get("op") != "link" or first.fd is None or not stat.S_ISSOCK(os.fstat(first.fd).st_mode):
+        return 2
+    link = socket.socket(fileno=first.fd)
+    first.fd = None
     job = channel.recv(ctl)
     try:
         Judge(ctl, link, job).run()
@@ -610,9 +628,7 @@ class CandidateRunner:
         from kernelsmith.task import load_module
 
         init = msg.values("cpu")
-        if os.environ.get("KERNELSMITH_BACKEND", "triton") == "cuda":  # built by the orchestrator
-            import json
-
+        if self.guards.backend == "cuda":  # built by the orchestrator
             from kernelsmith.backends.cuda import install_prebuilt
 
             exts = json.loads(os.environ.get("KERNELSMITH_CUDA_EXTENSIONS", "[]"))
@@ -697,9 +713,19 @@ class CandidateRunner:
 
 def run_candidate() -> int:
     link = _link()
-    runner = CandidateRunner(link, os.environ["KERNELSMITH_DEVICE"], os.environ.get("KERNELSMITH_POLICY", "strict"),
-                             os.environ.get("KERNELSMITH_REQUIRE_KERNEL", "1") == "1",
-                             os.environ.get("KERNELSMITH_BACKEND", "triton"))
+    device = os.environ["KERNELSMITH_DEVICE"]
+    _preload(device)
+    import kernelsmith.referee.guards  # noqa: F401 - the guards' own imports, before any candidate exists
+
+    config = channel.recv(link)  # who this candidate is: sent when an evaluation takes this sandbox
+    if config.get("op") != "config":
+        return 2
+    home = Path(os.environ.get("HOME", os.getcwd()))
+    if not (home / "candidate.py").exists():  # bound read-only where the sandbox was made for it
+        (home / "candidate.py").write_text(str(config.get("source", "")))
+    os.environ["KERNELSMITH_CUDA_EXTENSIONS"] = json.dumps(config.get("cuda_extensions", []))
+    runner = CandidateRunner(link, device, str(config.get("policy", "strict")),
+                             bool(config.get("require_kernel", True)), str(config.get("backend", "triton")))
     try:
         runner.serve()
     except channel.ChannelError:

@@ -167,7 +167,7 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
     else:
         proposer = _cached(store, inner)
     opts = EvalOptions(device=config.device, policy=config.policy, timeout_s=config.eval_timeout_s,
-                       backend=config.backend)
+                       backend=config.backend, warm=config.eval_workers)
     if config.referee_url:
         judge = _remote_judge(config, task)
     else:
