@@ -264,7 +264,9 @@ class Judge:
         model = _build(task, "Model", task, self.job["init_seed"], self.device, init=list(init))
         self.tell("reference_ready")
         try:
+            clock = _Clock(self.spent)
             self.ask({"op": "init", "init_seed": self.job["init_seed"]}, init, expect="ready").close()
+            clock("init")
             result = self.correctness(task, model, cases)
             self.tell("checked", **result, spent={k: round(v, 3) for k, v in self.spent.items()})
             report = self.ask({"op": "report"}, expect="report")
@@ -565,7 +567,9 @@ class CandidateRunner:
     """Answers the judge's requests. Its state (guards, model) lives in this object, which the candidate's code
     is kept from reaching by the audit hook; nothing it reports decides correctness."""
 
-    def __init__(self, link: socket.socket, device: str, policy: str, require_kernel: bool, backend: str):
+    def __init__(self, link: socket.socket, device: str):
+        """Made (guards installed) before the sandbox knows its candidate: a spare is ready at once. The
+        candidate's settings arrive with `configure`."""
         import torch
 
         from kernelsmith.referee.guards import GuardSession
@@ -577,8 +581,7 @@ class CandidateRunner:
         watch = [("worker", me, name) for name in ("_unchanged", "_poison", "_build", "make_inputs")]
         watch += [("channel", channel, name) for name in ("send", "recv", "encode", "_memfd")]
         watch += [("worker.CandidateRunner", CandidateRunner, name) for name in ("run_case", "serve", "report")]
-        self.guards = GuardSession(str(self.cand_path), device, policy, require_kernel, watch, home,
-                                   backend=backend)
+        self.guards = GuardSession(str(self.cand_path), device, "strict", True, watch, home)
         self.stage = Stage.IMPORT
         self.model: Any = None
         self.last_inputs: list[Any] = []
@@ -586,6 +589,13 @@ class CandidateRunner:
         self.out_sizes: list[int] = []
         if device == "cuda":
             torch.cuda.init()
+
+    def configure(self, policy: str, require_kernel: bool, backend: str) -> None:
+        from kernelsmith.referee.policy import POLICIES
+
+        self.guards.policy = policy if policy in POLICIES else "strict"
+        self.guards.require_kernel = bool(require_kernel)
+        self.guards.backend = backend
 
     def fail(self, exc: BaseException) -> None:
         inside = self.guards.launches.depth > 0 or _in_chain(exc, self.guards.launches.failure)
@@ -711,21 +721,40 @@ class CandidateRunner:
         channel.send(self.link, {"op": "bound"})
 
 
+def _warm_triton(device: str) -> None:
+    """One launch of the referee's own kernel before any candidate exists: Triton's launcher (built with the C
+    compiler on a GPU) and the interpreter's machinery are ready when the candidate's first launch comes."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def warm_kernel(x_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+    x = torch.zeros(16, device=device)
+    warm_kernel[(1,)](x, 16, BLOCK=16)
+    _sync(device)
+
+
 def run_candidate() -> int:
     link = _link()
     device = os.environ["KERNELSMITH_DEVICE"]
     _preload(device)
-    import kernelsmith.referee.guards  # noqa: F401 - the guards' own imports, before any candidate exists
-
+    try:
+        _warm_triton(device)
+    except Exception as exc:  # noqa: BLE001 - a cold start is slower, not wrong
+        sys.stderr.write(f"kernelsmith: Triton warm-up failed ({type(exc).__name__}: {exc})\n")
+    runner = CandidateRunner(link, device)
     config = channel.recv(link)  # who this candidate is: sent when an evaluation takes this sandbox
     if config.get("op") != "config":
         return 2
-    home = Path(os.environ.get("HOME", os.getcwd()))
-    if not (home / "candidate.py").exists():  # bound read-only where the sandbox was made for it
-        (home / "candidate.py").write_text(str(config.get("source", "")))
+    if not runner.cand_path.exists():  # bound read-only where the sandbox was made for it
+        runner.cand_path.write_text(str(config.get("source", "")))
     os.environ["KERNELSMITH_CUDA_EXTENSIONS"] = json.dumps(config.get("cuda_extensions", []))
-    runner = CandidateRunner(link, device, str(config.get("policy", "strict")),
-                             bool(config.get("require_kernel", True)), str(config.get("backend", "triton")))
+    runner.configure(str(config.get("policy", "strict")), bool(config.get("require_kernel", True)),
+                     str(config.get("backend", "triton")))
     try:
         runner.serve()
     except channel.ChannelError:
