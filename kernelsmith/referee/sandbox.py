@@ -51,9 +51,18 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 GPU_DIRS = ("/usr/local/nvidia", "/usr/local/cuda", "/sys", "/run/nvidia-persistenced")
 
 
+def _default_memory_mb() -> int:
+    """32 GB, or 60% of this machine's memory if that is less: GPU-sized inputs cross host memory."""
+    try:
+        total_kb = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal:")))
+    except (OSError, StopIteration, ValueError):
+        return 16384
+    return int(min(32768, 0.6 * total_kb / 1024))
+
+
 @dataclass
 class Limits:
-    memory_mb: int = 16384  # host memory of one sandbox, kernel-enforced where a cgroup can be made
+    memory_mb: int = field(default_factory=_default_memory_mb)  # host memory of one sandbox (cgroup-enforced)
     file_mb: int = 16384  # largest file the child may write
     tmp_mb: int = 4096  # each of its tmpfs: work dir, /tmp, /dev/shm (they count towards memory too)
     log_kb: int = 16  # how much of its output is kept (head and tail)

@@ -339,7 +339,7 @@ class Judge:
         r0 = self.case(model, cases, first, first, POISON_A)
         r1 = self.case(model, cases, first, first + "_repeat", POISON_B)
         if "ref" in r0:
-            reason = degenerate_reason([t.cpu() for t in r0["ref"]])
+            reason = degenerate_reason(r0["ref"])  # on the device: a GPU-sized output never crosses to the host
             if reason:
                 result["findings"].append(_finding("degenerate_task", "task outputs are degenerate, a trivial "
                                                    f"output may pass: {reason}", "warn"))
