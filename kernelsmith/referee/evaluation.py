@@ -1,7 +1,7 @@
 """`evaluate(task, candidate) -> Verdict`: the referee's one public operation (the orchestrator's side).
 
 Starts two sandboxes (sandbox.py): the judge (task code: reference, seeds, comparison) and the candidate, joined
-by a link the orchestrator made; the orchestrator talks only to the judge, holds the deadline, watches both
+by a link the orchestrator made; the orchestrator talks only to the ruling, holds the deadline, watches both
 processes from outside and kills them. It decides the status from what the judge observed and from how the
 processes ended; what the candidate says of itself (its guard report, its claimed times) is checked against
 those facts and can only make its verdict worse.
@@ -77,8 +77,8 @@ class EvalOptions:
             raise ValueError(f"timeout {self.timeout_s}: must be positive")
 
 
-class _Judge:
-    """Accumulates one evaluation's findings and decides the status."""
+class _Ruling:
+    """Accumulates one evaluation's findings and decides the status (the orchestrator's, from the facts)."""
 
     def __init__(self, opts: EvalOptions, secrets_: list[str]):
         self.opts = opts
@@ -272,7 +272,7 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
         task = Task.load(task, overrides, device=opts.device)
     if not isinstance(candidate, Candidate):
         candidate = Candidate.from_file(candidate)
-    judge = _Judge(opts, secret_values())
+    ruling = _Ruling(opts, secret_values())
     seeds = {"init_seed": 42, "trial_seeds": [secrets.randbits(31) for _ in range(opts.trials)],
              "test_seed": secrets.randbits(31), "check_seed": secrets.randbits(31)}
     deadline = time.monotonic() + opts.timeout_s
@@ -281,43 +281,43 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
         ro_files: dict[str, str] = {}
         config = {"policy": opts.policy, "require_kernel": opts.require_kernel, "backend": opts.backend}
         if opts.backend != "triton":
-            early = _build(candidate, opts, judge, deadline, ro_files, config)
+            early = _build(candidate, opts, ruling, deadline, ro_files, config)
             if early is not None:
                 return early
-        judge.hold = LeaseHolder(opts.lease, f"cuda-{visible_device(opts.gpu or 0)}" if opts.device == "cuda" else None)
+        ruling.hold = LeaseHolder(opts.lease, f"cuda-{visible_device(opts.gpu or 0)}" if opts.device == "cuda" else None)
         session = _Session(candidate, opts, ro_files, config)
-        judge.v.sandbox = dict(session.cand.info)
+        ruling.v.sandbox = dict(session.cand.info)
         session.send({"op": "job", "task_source": task.source, "device": opts.device,
                       "tolerance": opts.tolerance, "test_inputs": opts.test_inputs and task.has_test_inputs,
                       **seeds})
-        return _run(judge, session, deadline)
+        return _run(ruling, session, deadline)
     finally:
-        if judge.hold is not None:
-            judge.hold.release()
+        if ruling.hold is not None:
+            ruling.hold.release()
         if session is not None:
             session.close()
 
 
-def _build(candidate: Candidate, opts: EvalOptions, judge: _Judge, deadline: float, ro_files: dict[str, str],
+def _build(candidate: Candidate, opts: EvalOptions, ruling: _Ruling, deadline: float, ro_files: dict[str, str],
            config: dict[str, Any]) -> Verdict | None:
     """A backend's build step, before any child runs candidate code: a verdict when it ends the evaluation
     (a compile error; on `--device cpu`, where a CUDA build cannot run, after saying whether it compiled)."""
     backend = get_backend(opts.backend)
     res = backend.build(candidate.source, device=opts.device, deadline=deadline, cache_dir=opts.build_cache_dir,
                         gpu=opts.gpu, limits=opts.limits, compile_timeout_s=opts.compile_timeout_s)
-    judge.v.timing["build"] = res.info
-    judge.phase("build")
+    ruling.v.timing["build"] = res.info
+    ruling.phase("build")
     if not res.ok:
-        return judge.end(Status.COMPILE_ERROR, res.error, res.log)
+        return ruling.end(Status.COMPILE_ERROR, res.error, res.log)
     if opts.device == "cpu":
         what = "compiled (compile-only: torch here has no CUDA)" if res.info.get("mode") == "objects" else "built"
         cached = ", from the build cache" if res.info.get("cached") else ""
-        return judge.end(Status.RUNTIME_ERROR, f"CUDA extension(s) {', '.join(res.info.get('extensions', []))} "
+        return ruling.end(Status.RUNTIME_ERROR, f"CUDA extension(s) {', '.join(res.info.get('extensions', []))} "
                          f"{what}{cached}; CUDA candidates need a GPU to run: evaluate with --device cuda")
     exts = []
     for ext in res.extensions:
         if not ext.get("so"):
-            return judge.end(Status.COMPILE_ERROR, f"CUDA extension {ext['name']!r}: the build produced no module")
+            return ruling.end(Status.COMPILE_ERROR, f"CUDA extension {ext['name']!r}: the build produced no module")
         ro_files[f"{ext['name']}.so"] = ext["so"]  # bound read-only: the candidate never sees the cache
         exts.append({**{k: ext[k] for k in ("name", "digest", "functions")}, "file": f"{ext['name']}.so"})
     config["cuda_extensions"] = exts
@@ -328,46 +328,46 @@ STAGES = {"import": "importing the candidate", "init": "constructing ModelNew", 
           "timing": "timing"}
 
 
-def _candidate_fault(judge: _Judge, session: _Session, fault: dict[str, Any], deadline: float) -> Verdict:
+def _candidate_fault(ruling: _Ruling, session: _Session, fault: dict[str, Any], deadline: float) -> Verdict:
     """The candidate ended the conversation: its own error report, a protocol violation, or its death."""
     if fault.get("op") != "gone":
         session.stop()
     log = session.cand.log() if fault.get("op") != "gone" else ""
     if fault.get("op") == "violation":
-        judge.finding("protocol_violation", f"the candidate broke the judge's protocol: {fault.get('message', '')}")
-        return judge.end(Status.REJECTED, "", log)
+        ruling.finding("protocol_violation", f"the candidate broke the judge's protocol: {fault.get('message', '')}")
+        return ruling.end(Status.REJECTED, "", log)
     if fault.get("op") == "error":
         findings = fault.get("findings") if isinstance(fault.get("findings"), list) else []
-        judge.merge([f for f in findings if isinstance(f, dict)])
-        if any(g.severity is Severity.REJECT for g in judge.v.guards):
-            return judge.end(Status.REJECTED, "", log)
+        ruling.merge([f for f in findings if isinstance(f, dict)])
+        if any(g.severity is Severity.REJECT for g in ruling.v.guards):
+            return ruling.end(Status.REJECTED, "", log)
         kind = fault.get("kind", "runtime")
         msg = f"{fault.get('type')} while {STAGES.get(str(fault.get('stage')), fault.get('stage'))}: " \
               f"{fault.get('message', '')}".strip()
         if kind == "memory":
-            return judge.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(judge)} MB): {msg}",
+            return ruling.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(ruling)} MB): {msg}",
                              log)
         status = {"compile": Status.COMPILE_ERROR, "crash": Status.CRASHED}.get(kind, Status.RUNTIME_ERROR)
-        return judge.end(status, msg, log)
+        return ruling.end(status, msg, log)
     # gone: how it ended is what the orchestrator saw of the process
     outcome = session.cand.wait(min(deadline, time.monotonic() + 5))
     log = session.cand.log()
     if outcome.memory_exceeded:
-        return judge.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(judge)} MB)", log)
+        return ruling.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(ruling)} MB)", log)
     if outcome.timed_out:
-        return judge.end(Status.TIMEOUT, "candidate ran past the evaluation's time limit", log)
+        return ruling.end(Status.TIMEOUT, "candidate ran past the evaluation's time limit", log)
     during = f" while answering {fault.get('during')} {fault.get('case', '')}".rstrip()
     if outcome.signal_name:
-        return judge.end(Status.CRASHED, f"candidate process died with {outcome.signal_name}{during}", log)
-    return judge.end(Status.CRASHED, f"candidate process exited with code {outcome.returncode}{during} "
+        return ruling.end(Status.CRASHED, f"candidate process died with {outcome.signal_name}{during}", log)
+    return ruling.end(Status.CRASHED, f"candidate process exited with code {outcome.returncode}{during} "
                      "without an answer", log)
 
 
-def opts_mb(judge: _Judge) -> int:
-    return judge.opts.limits.memory_mb
+def opts_mb(ruling: _Ruling) -> int:
+    return ruling.opts.limits.memory_mb
 
 
-def _ended(judge: _Judge, session: _Session, outcome: ChildOutcome) -> Verdict:
+def _ended(ruling: _Ruling, session: _Session, outcome: ChildOutcome) -> Verdict:
     """No message will come: a child overran the deadline or its memory, or the judge died."""
     who = TIMEOUT_ROLES.get(session.last, "reference")
     cand_out = session.cand.check(time.monotonic() + 60)
@@ -375,70 +375,70 @@ def _ended(judge: _Judge, session: _Session, outcome: ChildOutcome) -> Verdict:
         child.kill()
     if outcome.timed_out:
         if who == "candidate":
-            return judge.end(Status.TIMEOUT, "candidate ran past the evaluation's time limit", session.cand.log())
-        return judge.end(Status.TIMEOUT, "the task's reference ran past the evaluation's time limit",
+            return ruling.end(Status.TIMEOUT, "candidate ran past the evaluation's time limit", session.cand.log())
+        return ruling.end(Status.TIMEOUT, "the task's reference ran past the evaluation's time limit",
                          session.judge.log())
     if cand_out is not None and cand_out.memory_exceeded:
-        return judge.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(judge)} MB)",
+        return ruling.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(ruling)} MB)",
                          session.cand.log())
     if outcome.memory_exceeded:
-        return judge.end(Status.CRASHED, f"the task's reference failed: it exceeded its memory limit "
-                         f"({opts_mb(judge)} MB)", session.judge.log())
+        return ruling.end(Status.CRASHED, f"the task's reference failed: it exceeded its memory limit "
+                         f"({opts_mb(ruling)} MB)", session.judge.log())
     how = f"died with {outcome.signal_name}" if outcome.signal_name else f"exited with code {outcome.returncode}"
-    return judge.end(Status.CRASHED, f"the task's reference failed: the judge {how}", session.judge.log())
+    return ruling.end(Status.CRASHED, f"the task's reference failed: the judge {how}", session.judge.log())
 
 
-def _run(judge: _Judge, session: _Session, deadline: float) -> Verdict:
-    v = judge.v
+def _run(ruling: _Ruling, session: _Session, deadline: float) -> Verdict:
+    v = ruling.v
     checked = False
     while True:
         msg = session.recv(deadline)
         if isinstance(msg, ChildOutcome):
-            return _ended(judge, session, msg)
+            return _ended(ruling, session, msg)
         op = msg.get("op")
         if op == "loaded":
             v.versions, v.device = msg.get("versions", {}), msg.get("device", "")
-            judge.phase("reference_start")
+            ruling.phase("reference_start")
         elif op == "reference_ready":
-            judge.phase("reference_build")
+            ruling.phase("reference_build")
         elif op == "task_error":
             session.judge.wait(min(deadline, time.monotonic() + 5))  # its last words, in its log
             session.stop()
-            return judge.end(Status.CRASHED, f"the task's reference failed: {msg.get('type')}: "
+            return ruling.end(Status.CRASHED, f"the task's reference failed: {msg.get('type')}: "
                              f"{msg.get('message', '')}", session.judge.log() + str(msg.get("traceback", "")))
         elif op == "candidate_fault":
             fault = msg.get("fault")
-            return _candidate_fault(judge, session, fault if isinstance(fault, dict) else {}, deadline)
+            return _candidate_fault(ruling, session, fault if isinstance(fault, dict) else {}, deadline)
         elif op == "checked":
             checked = True
-            judge.phase("correctness")
+            ruling.phase("correctness")
             v.trials = int(msg["trials"])
             v.max_abs_err, v.max_rel_err = msg["max_abs_err"], msg["max_rel_err"]
-            judge.merge(msg["findings"])
+            ruling.merge(msg["findings"])
             v.timing["judge_s"] = msg.get("spent", {})
         elif op == "candidate_report" and checked:
-            _merge_report(judge, session, msg["report"])
-            if judge.opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):
+            _merge_report(ruling, session, msg["report"])
+            if ruling.opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):
                 session.stop()  # nothing more is asked of either: no graceful exit to wait for
-                return judge.end(None, log=session.cand.log())
-            judge.hold.exclusive()  # waits until no other evaluation works on this GPU
-            judge.phase("lease_wait")
-            session.send({"op": "time", "timing_seed": secrets.randbits(20) * 64, "timing": judge.opts.timing})
+                return ruling.end(None, log=session.cand.log())
+            ruling.hold.exclusive()  # waits until no other evaluation works on this GPU
+            ruling.phase("lease_wait")
+            session.send({"op": "time", "timing_seed": secrets.randbits(20) * 64, "timing": ruling.opts.timing})
         elif op == "timed":
-            judge.phase("timing")
-            _judge_timing(judge, msg)
+            ruling.phase("timing")
+            _judge_timing(ruling, msg)
             session.stop()
-            return judge.end(None, log=session.cand.log())
+            return ruling.end(None, log=session.cand.log())
 
 
-def _merge_report(judge: _Judge, session: _Session, report: dict[str, Any]) -> None:
+def _merge_report(ruling: _Ruling, session: _Session, report: dict[str, Any]) -> None:
     """The candidate's own account of itself: defence in depth, merged only to make the verdict stricter."""
-    v = judge.v
+    v = ruling.v
     if report.get("truncated"):
-        judge.finding("protocol_violation", "the candidate's guard report was oversized")
+        ruling.finding("protocol_violation", "the candidate's guard report was oversized")
         return
     findings = report.get("findings")
-    judge.merge([f for f in findings if isinstance(f, dict)] if isinstance(findings, list) else [])
+    ruling.merge([f for f in findings if isinstance(f, dict)] if isinstance(findings, list) else [])
     for key in ("ops", "kernels"):
         value = report.get(key)
         if isinstance(value, dict):
@@ -447,19 +447,19 @@ def _merge_report(judge: _Judge, session: _Session, report: dict[str, Any]) -> N
     v.sandbox = {**{k: observed[k] for k in ("uid", "network", "visible_processes") if k in observed},
                  **session.cand.info}
     if session.cand.info["isolation"] == "none":
-        strict = judge.opts.policy == "strict"
-        judge.finding("unsandboxed", f"the candidate ran without OS isolation ({session.cand.info.get('why')}); "
+        strict = ruling.opts.policy == "strict"
+        ruling.finding("unsandboxed", f"the candidate ran without OS isolation ({session.cand.info.get('why')}); "
                       + ("the strict policy certifies only isolated candidates" if strict
                          else "in-process guards only"), Severity.REJECT if strict else Severity.WARN)
 
 
-def _judge_timing(judge: _Judge, msg: dict[str, Any]) -> None:
-    v, opts = judge.v, judge.opts
+def _judge_timing(ruling: _Ruling, msg: dict[str, Any]) -> None:
+    v, opts = ruling.v, ruling.opts
     claim, check, bound = msg.get("claim", {}), msg.get("check", {}), msg.get("bound", {})
     findings = claim.get("findings")
-    judge.merge([f for f in findings if isinstance(f, dict)] if isinstance(findings, list) else [])
+    ruling.merge([f for f in findings if isinstance(f, dict)] if isinstance(findings, list) else [])
     if not check.get("ok"):
-        judge.finding("changed_after_timing", f"wrong on a fresh input after timing: {check.get('message', '')}",
+        ruling.finding("changed_after_timing", f"wrong on a fresh input after timing: {check.get('message', '')}",
                       Severity.FAIL)
         return
     v.trials += 1
@@ -469,7 +469,7 @@ def _judge_timing(judge: _Judge, msg: dict[str, Any]) -> None:
         ci = [float(x) for x in t["speedup_ci"]]
         bandwidth = float(claim["bandwidth"])
     except (KeyError, TypeError, ValueError):
-        judge.finding("protocol_violation", "the candidate's timing report is malformed")
+        ruling.finding("protocol_violation", "the candidate's timing report is malformed")
         return
     v.ref_ms, v.cand_ms, v.speedup = round(ref_ms, 6), round(cand_ms, 6), round(speedup, 4)
     v.speedup_ci = [round(x, 4) for x in ci]
@@ -479,39 +479,39 @@ def _judge_timing(judge: _Judge, msg: dict[str, Any]) -> None:
     if "sample_ci" in extra:
         v.timing["sample_ci"] = [round(float(x), 4) for x in extra["sample_ci"]]
     if t.get("canary_failures"):
-        judge.finding("cached_result", f"{t['canary_failures']} timed calls returned outputs that do not match "
+        ruling.finding("cached_result", f"{t['canary_failures']} timed calls returned outputs that do not match "
                       "the reference on the same inputs (results cached across calls?)", Severity.FAIL)
     hidden = float(t.get("hidden_work_ms") or 0.0)
     if hidden > max(opts.max_hidden_work_ms, 0.5 * cand_ms):
-        judge.finding("hidden_stream_work", f"device-synchronised wall time exceeds the timed events by "
+        ruling.finding("hidden_stream_work", f"device-synchronised wall time exceeds the timed events by "
                       f"{hidden:.3f} ms per call: work on another stream or thread")
     if bound.get("k"):
-        _check_bound(judge, bound, ref_ms, cand_ms, str(t.get("method", "")))
+        _check_bound(ruling, bound, ref_ms, cand_ms, str(t.get("method", "")))
     if 0 < bandwidth and bound.get("bytes"):
         floor_ms = bound["bytes"] / bandwidth * 1e3
         v.timing["bandwidth_floor_ms"] = round(floor_ms, 6)
         cacheable = not str(t.get("method", "")).startswith("eager") and bound["bytes"] < 2 * int(
             extra.get("l2_bytes", 50 << 20))
         if not cacheable and cand_ms < opts.implausible_margin * floor_ms:
-            judge.finding("implausible_speedup", f"{cand_ms:.4f} ms is faster than moving its inputs and outputs "
+            ruling.finding("implausible_speedup", f"{cand_ms:.4f} ms is faster than moving its inputs and outputs "
                           f"once at {bandwidth / 1e9:.0f} GB/s allows ({floor_ms:.4f} ms)")
 
 
-def _check_bound(judge: _Judge, bound: dict[str, Any], ref_ms: float, cand_ms: float, method: str) -> None:
+def _check_bound(ruling: _Ruling, bound: dict[str, Any], ref_ms: float, cand_ms: float, method: str) -> None:
     """The judge timed k synchronised calls of the candidate from outside its process: a claimed time well
     below what the judge saw is a forgery. Graph replay legitimately hides launch overhead, which the judge's
     own reference calls measure; eager timing must come close to the wall clock."""
     k = int(bound["k"])
     cand_wall = float(bound["cand_wall_ms"]) / k
     ref_wall = float(bound.get("ref_wall_ms", 0.0)) / k
-    judge.v.timing["wall_bound_ms"] = {"candidate": round(cand_wall, 6), "reference": round(ref_wall, 6), "k": k}
+    ruling.v.timing["wall_bound_ms"] = {"candidate": round(cand_wall, 6), "reference": round(ref_wall, 6), "k": k}
     overhead = max(0.0, ref_wall - ref_ms)  # what the timing method removes from a call of the reference
     slack = 0.5 if method.startswith("eager") else 0.1
     if cand_ms < slack * (cand_wall - 2 * overhead) - 0.02:
-        judge.finding("timing_forged", f"claimed {cand_ms:.4f} ms per call, but {k} synchronised calls took "
+        ruling.finding("timing_forged", f"claimed {cand_ms:.4f} ms per call, but {k} synchronised calls took "
                       f"{cand_wall:.4f} ms each as the judge timed them from outside")
     # The reference is timed in the candidate's process too: slowed there, it would inflate the speedup. The
     # judge ran the same reference back to back in its own process; a cold L2 explains a factor, not more.
     if ref_wall > 0 and ref_ms > 3 * ref_wall + 0.05:
-        judge.finding("timing_forged", f"the reference took {ref_ms:.4f} ms per call in the candidate's process, "
+        ruling.finding("timing_forged", f"the reference took {ref_ms:.4f} ms per call in the candidate's process, "
                       f"{ref_wall:.4f} ms in the judge's")

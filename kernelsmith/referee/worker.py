@@ -550,7 +550,8 @@ def _classify(exc: BaseException, stage: str, inside_launch: bool, interpreter: 
     kind = "runtime"
     if any(m in text for m in CUDA_CRASH_MARKERS) and "out of memory" not in str(exc):
         kind = "crash"
-    elif isinstance(exc, MemoryError):
+    elif isinstance(exc, MemoryError) or "Cannot allocate memory" in str(exc) or (
+            "can't allocate memory" in str(exc)):  # the kernel refused (RLIMIT_DATA, where no cgroup could be made)
         kind = "memory"
     elif stage == Stage.IMPORT and (isinstance(exc, (SyntaxError, ImportError)) or "CompilationError" in names):
         kind = "compile"
