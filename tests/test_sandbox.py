@@ -192,3 +192,41 @@ def test_sandbox_holds_for_an_ordinary_user(tmp_path: Path) -> None:
     assert seen["write_marker"].startswith("refused") and not (marker / "escaped.txt").exists()
     assert not (marker / "daemon.txt").exists()
     assert seen["connect"].startswith("refused")
+
+
+def test_sandboxed_process_is_unprivileged_on_the_host() -> None:
+    """Seen from the host, not from inside: the sandboxed interpreter runs as `nobody` when we are root (no user
+    namespace that would map it back to root), and as our own uid otherwise — never as root."""
+    child = Child.start(["-c", "import time; time.sleep(30)"], "cpu", Limits())
+    try:
+        deadline = time.monotonic() + 20
+        uids: list[int] = []
+        while time.monotonic() < deadline and not uids:
+            for pid in _descendants(child.proc.pid):
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if b"time.sleep" in cmd and b"bwrap" not in cmd.split(b"\0")[0]:
+                    uids = [int(x) for x in next(line for line in status.splitlines()
+                                                 if line.startswith("Uid:")).split()[1:]]
+            time.sleep(0.1)
+    finally:
+        child.close()
+    assert uids, "the sandboxed process was not found"
+    assert 0 not in uids
+    assert set(uids) == ({65534} if os.getuid() == 0 else {os.getuid()})
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
+        except OSError:
+            pass
+    return out

@@ -199,21 +199,43 @@ def _python_dirs() -> list[str]:
     return keep
 
 
+def _setpriv() -> str | None:
+    """As root the sandbox needs no user namespace (which would map its uid back to root on the host): bwrap
+    keeps just the right to change uid, and setpriv drops to the sandbox's own unprivileged uid for good."""
+    return shutil.which("setpriv") if os.geteuid() == 0 else None
+
+
 def _base_args() -> list[str]:
-    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--proc", "/proc", "--dev", "/dev"]
+    if _setpriv():
+        ns = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+              "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:  # an ordinary user: a user namespace maps the caller's own uid (the only one it has)
+        ns = ["--unshare-all", "--cap-drop", "ALL"]
+    args = [*ns, "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev"]
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
+    made: set[str] = set()
+    args += _parents("/etc/x", made)
     for name in ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    for d in _python_dirs():
-        args += ["--ro-bind", d, d]
     pkg = str(Path(kernelsmith.__file__).resolve().parent)
-    args += ["--ro-bind", pkg, pkg]
+    for d in [*_python_dirs(), pkg]:
+        args += _parents(d, made) + ["--ro-bind", d, d]
     return args
+
+
+def _parents(path: str, made: set[str]) -> list[str]:
+    """Traversable (0755) dirs above a bind's destination: bwrap, as root, would make them 0700 root's."""
+    out: list[str] = []
+    for parent in reversed(Path(path).parents):
+        p = str(parent)
+        if p != "/" and p not in made and not p.startswith("/usr"):
+            made.add(p)
+            out += ["--perms", "0755", "--dir", p]
+    return out
 
 
 def _gpu_args(gpu: int | None) -> list[str]:
@@ -222,9 +244,9 @@ def _gpu_args(gpu: int | None) -> list[str]:
         if d.startswith("/usr/") and os.path.isdir("/usr") and not os.path.islink("/usr"):
             continue  # already there with /usr (a symlink like /usr/local/cuda included)
         if os.path.islink(d):
-            args += ["--symlink", os.readlink(d), d]
+            args += _parents(d, set()) + ["--symlink", os.readlink(d), d]
         elif os.path.exists(d):
-            args += ["--ro-bind", d, d]
+            args += _parents(d, set()) + ["--ro-bind", d, d]
     index = visible_device(gpu or 0)
     nodes = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"]
     nodes.append(f"nvidia{index}" if index.isdigit() else "nvidia0")
@@ -463,15 +485,24 @@ class Child:
             args = [bwrap, *_base_args()]
             if device == "cuda":
                 args += _gpu_args(gpu)
-            args += ["--size", tmp, "--tmpfs", "/tmp", "--size", tmp, "--tmpfs", "/dev/shm"]
+            args += ["--perms", "01777", "--size", tmp, "--tmpfs", "/tmp",
+                     "--perms", "01777", "--size", tmp, "--tmpfs", "/dev/shm"]
             if rw_dir is not None:
+                if os.geteuid() == 0:
+                    os.chown(rw_dir, uid, uid)  # its work dir is the one host dir it may write
                 args += ["--bind", str(rw_dir), JOB]
             else:
-                args += ["--perms", "0700", "--size", tmp, "--tmpfs", JOB]
+                args += ["--perms", "01777", "--size", tmp, "--tmpfs", JOB]  # a tmpfs only this sandbox sees
             for name, src in (ro_files or {}).items():
                 args += ["--ro-bind", src, f"{JOB}/{name}"]
-            args += ["--uid", str(uid), "--gid", str(uid), "--hostname", "sandbox", "--chdir", JOB, "--", *cmd]
-            cmd = args
+            args += ["--hostname", "sandbox", "--chdir", JOB]
+            setpriv = _setpriv()
+            if setpriv:
+                drop = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                        "--no-new-privs", "--"]
+                cmd = [*args, "--", *drop, *cmd]
+            else:
+                cmd = [*args, "--uid", str(uid), "--gid", str(uid), "--", *cmd]
         read_fd, write_fd = os.pipe()
         try:
             proc = subprocess.Popen(
@@ -488,6 +519,7 @@ class Child:
         finally:
             os.close(write_fd)
         info = {"isolation": "bwrap" if bwrap else "none",
+                "host_uid": (uid if _setpriv() else os.geteuid()) if bwrap else os.geteuid(),
                 "memory_limit": (f"cgroup-v{cgroup.version}" if cgroup
                                  else "rlimit-data" if bwrap and device == "cpu" else "polled"),
                 "limit_mb": limits.memory_mb}
