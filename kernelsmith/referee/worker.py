@@ -248,7 +248,6 @@ class Judge:
         return self.answer(header, expect)
 
     def run(self) -> None:
-
         from kernelsmith.task import load_module
 
         path = Path(os.environ.get("HOME", ".")) / "task.py"
