@@ -166,11 +166,11 @@ class _Spares:
                         child.close()
                         sock.close()
                 missing = opts.warm - len(ready)
+                if missing > 0 and self._thread is None:
+                    self._thread = threading.Thread(target=self._starter, daemon=True, name="kernelsmith-spares")
+                    self._thread.start()
             for _ in range(max(0, missing)):
                 self._wanted.put((key, role, opts))
-            if missing > 0 and self._thread is None:
-                self._thread = threading.Thread(target=self._starter, daemon=True, name="kernelsmith-spares")
-                self._thread.start()
         return got or start_sandbox(role, opts, ro_files)
 
     def _starter(self) -> None:
