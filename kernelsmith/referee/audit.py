@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from functools import lru_cache
 
 PROC_PRIVATE = re.compile(r"^/proc/(\d+)/(task/\d+/)?(environ|mem|cmdline)")
 CONCURRENCY_EVENTS = {"_thread.start_new_thread", "os.fork", "os.forkpty", "subprocess.Popen", "os.system",
@@ -42,7 +43,6 @@ class AuditGuard:
         tmp = os.path.realpath(os.environ.get("TMPDIR", "/tmp"))
         self.free_dirs = tuple(os.path.join(self.job_dir, d) + os.sep for d in (".cache", ".triton", ".inductor",
                                                                                   "tmp")) + (tmp + os.sep,)
-        self.own_dirs = (self.job_dir + os.sep, tmp + os.sep, "/dev/shm/")
         self.in_launch = in_launch
         self.report = report
         self._busy = False
@@ -58,9 +58,9 @@ class AuditGuard:
         n = 0
         while f is not None and (depth == 0 or n < depth):
             name = f.f_code.co_filename
-            # Code from a file the candidate could have written (its dirs, /tmp) is the candidate's too: every
-            # other file in its sandbox is read-only system or library code.
-            if name == self.candidate_file or (name.startswith("/") and name.startswith(self.own_dirs)):
+            # Code from a file the candidate could have written is the candidate's too: every other file in its
+            # sandbox is read-only system or library code (the referee's own package included, wherever it is).
+            if name == self.candidate_file or (name.startswith("/") and _writable_dir(os.path.dirname(name))):
                 return True
             f = f.f_back
             n += 1
@@ -145,6 +145,12 @@ class AuditGuard:
         if full == self.candidate_file or full.startswith(self.free_dirs):
             return ""
         return "job" if full == self.job_dir or full.startswith(self.job_dir + os.sep) else ""
+
+
+@lru_cache(maxsize=4096)
+def _writable_dir(path: str) -> bool:
+    """Could this process create or replace a file in `path`? (Read-only binds answer no, whoever owns them.)"""
+    return os.access(path, os.W_OK)
 
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND

@@ -205,13 +205,18 @@ def _setpriv() -> str | None:
     return shutil.which("setpriv") if os.geteuid() == 0 else None
 
 
-def _base_args() -> list[str]:
+def _base_args(tmp_mb: int = 1024) -> list[str]:
     if _setpriv():
         ns = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
               "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:  # an ordinary user: a user namespace maps the caller's own uid (the only one it has)
         ns = ["--unshare-all", "--cap-drop", "ALL"]
-    args = [*ns, "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev"]
+    tmp = str(tmp_mb << 20)
+    # The private /tmp first: the interpreter or the project may live under /tmp (a CI clone), and their
+    # read-only binds below must land on top of it, not under it.
+    args = [*ns, "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
+            "--perms", "01777", "--size", tmp, "--tmpfs", "/tmp", "--perms", "01777", "--size", tmp,
+            "--tmpfs", "/dev/shm"]
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]
@@ -482,11 +487,9 @@ class Child:
         cmd = [sys.executable, *argv]
         if bwrap:
             tmp = str(limits.tmp_mb << 20)
-            args = [bwrap, *_base_args()]
+            args = [bwrap, *_base_args(limits.tmp_mb)]
             if device == "cuda":
                 args += _gpu_args(gpu)
-            args += ["--perms", "01777", "--size", tmp, "--tmpfs", "/tmp",
-                     "--perms", "01777", "--size", tmp, "--tmpfs", "/dev/shm"]
             if rw_dir is not None:
                 if os.geteuid() == 0:
                     os.chown(rw_dir, uid, uid)  # its work dir is the one host dir it may write
