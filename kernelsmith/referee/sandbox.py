@@ -491,8 +491,9 @@ class Child:
             if device == "cuda":
                 args += _gpu_args(gpu)
             if rw_dir is not None:
-                if os.geteuid() == 0:
-                    os.chown(rw_dir, uid, uid)  # its work dir is the one host dir it may write
+                if os.geteuid() == 0:  # its work dir is the one host dir it may write; bwrap (no DAC
+                    os.chown(rw_dir, uid, uid)  # capabilities left) must still be able to enter it
+                    os.chmod(rw_dir, 0o711)
                 args += ["--bind", str(rw_dir), JOB]
             else:
                 args += ["--perms", "01777", "--size", tmp, "--tmpfs", JOB]  # a tmpfs only this sandbox sees
