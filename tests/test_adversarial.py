@@ -97,6 +97,22 @@ ATTACKS = {
                          {Status.REJECTED, Status.INCORRECT, Status.RUNTIME_ERROR}, ["output_not_dense"]),
     "patch_tensor_class": ("torch.Tensor.__eq__ = lambda a, b: True", "        y = relu(x)\n" + RET,
                            {Status.REJECTED}, ["tampering"]),
+    # The recorders' own state edited from inside (a second, private ledger must agree with them).
+    "recorder_off": ("from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _modes",
+                     "        scratch = relu(x)\n        _m = _modes()[-1]\n        _m.active = False\n"
+                     "        y = torch.relu(x)\n        _m.active = True\n" + RET, {Status.REJECTED}, ["tampering"]),
+    "clear_ops": ("from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _modes",
+                  "        scratch = relu(x)\n        y = torch.relu(x)\n        _m = _modes()[-1]\n"
+                  "        _m.ops.clear()\n" + RET, {Status.REJECTED}, ["tampering"]),
+    "bump_launches": ("import inspect\nfrom triton.runtime.interpreter import InterpretedFunction as _IF\n"
+                      "from triton.runtime.jit import JITFunction as _JF\n"
+                      "_recs = [inspect.signature(c.run).parameters['_recorder'].default for c in (_IF, _JF)]",
+                      "        for _r in _recs:\n            _r.kernels['relu_kernel'] += 1\n"
+                      "        y = torch.from_numpy(np.maximum(x.numpy(), 0))\n" + RET, {Status.REJECTED},
+                      ["tampering"]),
+    "kwdefaults": ("from triton.runtime.interpreter import InterpretedFunction as _IF\n"
+                   "_rec = _IF.run.__kwdefaults__['_recorder']", "        y = relu(x)\n" + RET, {Status.REJECTED},
+                   ["referee_access"]),
     # Memory and output floods, /dev/shm left behind.
     "stdout_flood": ("", "        os.write(1, b'F' * (64 << 20))\n" + ZEROS, {Status.INCORRECT},
                      ["output_mismatch"]),

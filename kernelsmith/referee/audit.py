@@ -124,6 +124,9 @@ class AuditGuard:
             if args[1] in ("tb_frame", "f_back", "gi_frame", "cr_frame", "ag_frame", "f_locals", "f_globals") \
                     and self._candidate_frames(1):
                 self._deny("referee_access", f"candidate walked interpreter frames ({args[1]})")
+            if args[1] in ("__kwdefaults__", "__defaults__", "__globals__") and self._candidate_frames(1) \
+                    and not _own_function(args[0], self.candidate_file):
+                self._deny("referee_access", f"candidate read {args[1]} of code that is not its own")
         elif event == "object.__setattr__":
             obj, attr = args[0], args[1]
             if attr in CODE_ATTRS and self._candidate_frames(1):
@@ -145,6 +148,11 @@ class AuditGuard:
         if full == self.candidate_file or full.startswith(self.free_dirs):
             return ""
         return "job" if full == self.job_dir or full.startswith(self.job_dir + os.sep) else ""
+
+
+def _own_function(fn: object, candidate_file: str) -> bool:
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename == candidate_file
 
 
 @lru_cache(maxsize=4096)

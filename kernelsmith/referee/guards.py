@@ -24,6 +24,27 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from kernelsmith.referee.verdict import Finding, Severity
 
 
+def _ledger() -> tuple[Callable[[str], None], Callable[[], Counter[str]]]:
+    """A second, private record of what the recorders saw: a list only these two closures hold. Everything noted
+    between `watch` markers must match the recorders' own counters, so a candidate that switches a recorder off
+    (`active = False`) or clears or bumps its counters must find and edit this too (defence in depth)."""
+    entries: list[str] = []
+
+    def note(entry: str) -> None:
+        entries.append(entry)
+
+    def tally() -> Counter[str]:
+        inside, seen = False, Counter()
+        for e in entries:
+            if e in ("<watch>", "</watch>"):
+                inside = e == "<watch>"
+            elif inside:
+                seen[e] += 1
+        return seen
+
+    return note, tally
+
+
 class LaunchRecorder:
     """Wraps Triton's `run` (compiled and interpreted) to count launches made during a guarded call.
 
@@ -40,6 +61,7 @@ class LaunchRecorder:
         self.active = False
         self.failure: BaseException | None = None
         self.wrappers: dict[type, Callable[..., Any]] = {}
+        self.note: Callable[[str], None] = lambda entry: None  # GuardSession gives it the ledger
 
     def install(self) -> None:
         from triton.runtime.jit import JITFunction
@@ -83,16 +105,16 @@ class LaunchRecorder:
 
     def launched(self, fn_self: Any, programs: list[int]) -> None:
         """Count a launch that ran at least one program (an empty grid launches nothing)."""
-        if not self.active:
-            return
         if not programs or min(programs) <= 0:
-            self.empty += 1
+            self.empty += 1 if self.active else 0
             return
         fn = getattr(fn_self, "fn", None)
         name = getattr(fn, "__name__", type(fn_self).__name__)
         code = getattr(fn, "__code__", None)
-        origin = os.path.realpath(code.co_filename) if code is not None else ""
-        (self.kernels if origin == self.candidate_file else self.foreign)[name] += 1
+        own = (os.path.realpath(code.co_filename) if code is not None else "") == self.candidate_file
+        self.note(("kernel:" if own else "foreign:") + name)
+        if self.active:
+            (self.kernels if own else self.foreign)[name] += 1
 
     def intact(self) -> list[str]:
         return [f"{cls.__name__}.run" for cls, w in self.wrappers.items() if cls.__dict__.get("run") is not w]
@@ -122,14 +144,17 @@ class OpRecorder(TorchDispatchMode):
         self.ops: Counter[str] = Counter()
         self.launch_ops: Counter[str] = Counter()
         self.host_transfers = 0
+        self.note: Callable[[str], None] = lambda entry: None  # GuardSession gives it the ledger
         self.active = False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        if self.active and self.launches.depth > 0:
-            self.launch_ops[func.name().split(".")[0]] += 1
+        name = func.name().split(".")[0]
+        inside = self.launches.depth > 0
+        self.note(("launch_op:" if inside else "op:") + name)
+        if self.active and inside:
+            self.launch_ops[name] += 1
         elif self.active:
-            name = func.name().split(".")[0]
             self.ops[name] += 1
             if self.device != "cpu" and name in ("aten::_to_copy", "aten::copy_", "aten::to"):
                 devices = {a.device.type for a in _tensors(args, kwargs)}
@@ -286,6 +311,8 @@ class GuardSession:
         self.launches = LaunchRecorder(candidate_file)
         self.launches.install()
         self.ops = OpRecorder(self.launches, device)
+        note, self._tally = _ledger()
+        self.launches.note = self.ops.note = self._note = note
         self.baseline_children = _children()
         self.baseline_threads = len(sys._current_frames())
         self.findings: dict[str, Finding] = {}
@@ -360,6 +387,7 @@ class GuardSession:
 
     @contextmanager
     def watch(self) -> Any:
+        self._note("<watch>")
         self.launches.active = self.ops.active = True
         try:
             with self.ops:
@@ -369,6 +397,7 @@ class GuardSession:
                     self.add("tampering", "forward removed or replaced the referee's dispatch mode")
         finally:
             self.launches.active = self.ops.active = False
+            self._note("</watch>")
             if _children() - self.baseline_children:
                 self.add("extra_thread", "child process(es) alive after forward")
             if len(sys._current_frames()) > self.baseline_threads:
@@ -398,6 +427,13 @@ class GuardSession:
         from kernelsmith.referee.policy import NON_COMPUTE_OPS, disallowed_ops
 
         self.check_tamper()
+        recorded = Counter({f"kernel:{k}": n for k, n in self.launches.kernels.items()})
+        recorded.update({f"foreign:{k}": n for k, n in self.launches.foreign.items()})
+        recorded.update({f"op:{k}": n for k, n in self.ops.ops.items()})
+        recorded.update({f"launch_op:{k}": n for k, n in self.ops.launch_ops.items()})
+        if +recorded != +self._tally():
+            self.add("tampering", "the referee's record of operators or kernel launches was altered during "
+                     "forward (a recorder switched off, or its counts changed)")
         if self.require_kernel and self.backend != "triton" and not self.custom:
             self.add("no_custom_kernel", f"forward called no function of the candidate's {self.backend} extension")
         if self.require_kernel and self.backend == "triton" and not self.launches.kernels:
