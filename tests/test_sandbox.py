@@ -58,23 +58,22 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
 
 def test_runs_as_an_unprivileged_user(probed: tuple[dict, Path]) -> None:
     seen, _ = probed
-    assert seen["uid"] not in (0, os.getuid()) or os.getuid() != 0
     assert seen["uid"] == 65534
 
 
 def test_sees_no_process_outside_the_sandbox(probed: tuple[dict, Path]) -> None:
+    """Its own /proc shows the sandbox's init and itself: no pid of the host (this test's included)."""
     seen, _ = probed
-    assert seen["processes"] == sorted(seen["processes"]) and max(seen["processes"]) < 10
-    assert str(os.getpid()) not in map(str, seen["processes"]) or os.getpid() < 10
+    assert seen["processes"] == [1, 2] and seen["pid"] == 2
 
 
 def test_cannot_signal_its_parent_or_anyone(probed: tuple[dict, Path]) -> None:
-    """The parent it sees is the sandbox's own init, which ignores signals from inside: the orchestrator,
-    the judge and every other process of the host are out of reach."""
+    """The parent it sees is the sandbox's own init: refused (root's, when we are root) or ignoring SIGKILL and
+    SIGSTOP from inside (ours, otherwise) — the probe went on to print its report after sending both."""
     seen, _ = probed
     assert seen["ppid"] == 1
-    assert os.getpid() > 0  # this process (an ancestor) is alive to check
-    assert seen["kill_all"].startswith("refused") or seen["kill_all"] == "ok None"
+    for sent in (seen["kill_ppid"], seen["stop_ppid"]):
+        assert sent == ("refused PermissionError" if os.getuid() == 0 else "ok None"), sent
 
 
 def test_no_secret_in_any_process_it_can_see(probed: tuple[dict, Path]) -> None:
@@ -112,7 +111,6 @@ def test_no_network_and_no_way_into_the_hosts(probed: tuple[dict, Path]) -> None
     seen, _ = probed
     assert seen["net_interfaces"] <= 1  # loopback only
     assert seen["connect"].startswith("refused")
-    assert seen["setns_net"].startswith("refused") or seen["unshare_user"] != 0 or True
     assert not [d for d in seen["ptrace_devices"] if d.startswith(("nvidia", "sd", "nvme", "mem", "kmsg"))]
 
 
