@@ -49,7 +49,6 @@ class EvalOptions:
     tolerance: float | None = None  # overrides the per-dtype default (see compare.py)
     timing: dict[str, Any] = field(default_factory=dict)  # TimingOptions fields
     limits: Limits = field(default_factory=Limits)
-    keep_dir: bool = False  # unused: children work in private tmpfs dirs that vanish with them
     implausible_margin: float = 0.8  # flag cand_ms below this fraction of the memory-bandwidth floor
     max_hidden_work_ms: float = 0.1
     require_kernel: bool = True  # False only for A/A benchmarks, where the candidate is the reference's code

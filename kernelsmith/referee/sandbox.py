@@ -17,7 +17,6 @@ verdict then says `isolation: none` and the `strict` policy refuses to certify t
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 import re
 import resource
@@ -81,14 +80,14 @@ def _encodings(secret: str) -> set[str]:
     """Spellings of a secret a child could print to smuggle it out: literal, reversed, base64 (any alignment,
     standard and URL-safe), hex, URL-quoted. A sandboxed child never holds a secret; this is the second line."""
     raw = secret.encode()
-    found = {secret, secret[::-1], raw.hex(), raw.hex().upper(), urllib.parse.quote(secret, safe="")}
+    found = {secret, secret[::-1], raw.hex().upper(), urllib.parse.quote(secret, safe="")}
     for data in (raw, raw[::-1]):
+        found.add(data.hex())
         for skip in range(3):
             for enc in (base64.b64encode, base64.urlsafe_b64encode):
                 text = enc(data[skip:]).decode().rstrip("=")
                 # the middle of the encoding does not depend on what came before the secret
                 found.add(text[1:-2] if skip else text[:-2])
-        found.add(binascii.hexlify(data).decode())
     return {f for f in found if len(f) >= 8}
 
 
