@@ -1,8 +1,10 @@
 """Evaluations per minute: the worker pool against one fresh `kernelsmith eval` process per candidate, in series.
 
 A mixed batch (default 100) cycles through the shipped tasks with: the shipped solution (correct), a
-constant-output candidate (incorrect), one with a syntax error (compile_error) and one that raises in
-forward (runtime_error). Both ways evaluate the same batch in this one run, the serial way first:
+constant-output candidate (incorrect), one with a syntax error (compile_error), one that raises in forward
+(runtime_error), one that kills its own process (crashed) and one that never returns (timeout, after
+`--timeout` seconds). Both ways evaluate the same batch in this one run, the serial way first (`--no-serial`
+skips it):
 
 - serial: `kernelsmith eval TASK CAND --json` in a new process per candidate, one after another (how
   KernelBench's scripts evaluate);
@@ -55,36 +57,56 @@ class ModelNew(nn.Module):
 '''
 
 
-def batch(n: int, pattern: str) -> list[tuple[Path, str, str]]:
+CRASHES = '''import os
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, *xs):
+        os.abort()
+'''
+HANGS = '''import time
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, *xs):
+        while True:
+            time.sleep(1)
+'''
+SOURCES = {"wrong": WRONG, "broken": BROKEN, "raises": RAISES, "crashes": CRASHES, "hangs": HANGS}
+KINDS = ["solution", "wrong", "solution", "broken", "solution", "raises", "solution", "crashes", "solution", "hangs"]
+
+
+def batch(n: int, pattern: str, kinds: list[str]) -> list[tuple[Path, str, str]]:
     """(task, candidate source, kind) for n candidates, cycling tasks and kinds."""
     tasks = sorted((ROOT / "tasks").glob(pattern))
-    kinds = ["solution", "solution", "wrong", "broken", "raises"]
     out = []
     for i in range(n):
         task = tasks[i % len(tasks)]
         kind = kinds[i % len(kinds)]
-        source = {"solution": (ROOT / "solutions" / task.relative_to(ROOT / "tasks")).read_text(),
-                  "wrong": WRONG, "broken": BROKEN, "raises": RAISES}[kind]
+        source = ((ROOT / "solutions" / task.relative_to(ROOT / "tasks")).read_text() if kind == "solution"
+                  else SOURCES[kind])
         out.append((task, source, kind))
     return out
 
 
-def serial(items: list[tuple[Path, str, str]], device: str, tmp: Path) -> tuple[float, list[dict]]:
+def serial(items: list[tuple[Path, str, str]], device: str, tmp: Path, timeout: float) -> tuple[float, list[dict]]:
     verdicts, t0 = [], time.perf_counter()
     for i, (task, source, _) in enumerate(items):
         cand = tmp / f"cand_{i}.py"
         cand.write_text(source)
         proc = subprocess.run([sys.executable, "-c", "from kernelsmith.cli import app; app()", "eval", str(task), str(cand), "--device",
-                               device, "--json"], capture_output=True, text=True, cwd=ROOT)
+                               device, "--timeout", str(timeout), "--json"], capture_output=True, text=True, cwd=ROOT)
         verdicts.append(json.loads(proc.stdout) if proc.stdout.strip() else {"status": "no output",
                                                                               "error": proc.stderr[-500:]})
     return time.perf_counter() - t0, verdicts
 
 
-def pooled(items: list[tuple[Path, str, str]], device: str, slots: int) -> tuple[float, list[dict]]:
+def pooled(items: list[tuple[Path, str, str]], device: str, slots: int, timeout: float) -> tuple[float, list[dict]]:
     pool = LocalPool(device, slots_per_gpu=slots, cpu_slots=slots)
     requests = [{"task_source": task.read_text(), "task_name": task.name, "candidate_source": source,
-                 "options": {"device": device}} for task, source, _ in items]
+                 "options": {"device": device, "timeout_s": timeout}} for task, source, _ in items]
     t0 = time.perf_counter()
     verdicts = pool.evaluate_many(requests)
     return time.perf_counter() - t0, verdicts
@@ -99,16 +121,21 @@ def main() -> None:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--tasks", default="level*/*.py", help="glob under tasks/")
     ap.add_argument("--out", type=Path, default=Path("pool.json"))
+    ap.add_argument("--timeout", type=float, default=60.0, help="each evaluation's time limit (the hanging one's)")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="the cycle of candidate kinds")
+    ap.add_argument("--no-serial", action="store_true", help="the pool only")
     args = ap.parse_args()
     import torch
     import triton
 
-    items = batch(args.n, args.tasks)
-    with tempfile.TemporaryDirectory() as tmp:
-        serial_s, serial_v = serial(items, args.device, Path(tmp))
-    args.out.write_text(json.dumps({"serial_s": serial_s, "serial": serial_v}))  # kept if the pool run is cut off
-    print(f"serial: {args.n} in {serial_s:.1f} s", flush=True)
-    pool_s, pool_v = pooled(items, args.device, args.slots)
+    items = batch(args.n, args.tasks, args.kinds.split(","))
+    serial_s, serial_v = float("nan"), [{} for _ in items]
+    if not args.no_serial:
+        with tempfile.TemporaryDirectory() as tmp:
+            serial_s, serial_v = serial(items, args.device, Path(tmp), args.timeout)
+        args.out.write_text(json.dumps({"serial_s": serial_s, "serial": serial_v}))  # kept if the pool is cut off
+        print(f"serial: {args.n} in {serial_s:.1f} s", flush=True)
+    pool_s, pool_v = pooled(items, args.device, args.slots, args.timeout)
     rows = []
     for (task, _, kind), a, b in zip(items, serial_v, pool_v):
         overlap = None
@@ -120,7 +147,9 @@ def main() -> None:
     result = {
         "env": {"date": str(date.today()), "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                 "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__},
-        "n": args.n, "slots": args.slots,
+        "n": args.n, "slots": args.slots, "timeout_s": args.timeout,
+        "pool_statuses": {st: sum(r["pool"] == st for r in rows) for st in sorted({str(r["pool"]) for r in rows})},
+        "pool_elapsed_s": sorted(v.get("elapsed_s") or 0 for v in pool_v),
         "serial_s": serial_s, "pool_s": pool_s,
         "serial_per_min": 60 * args.n / serial_s, "pool_per_min": 60 * args.n / pool_s,
         "same_status": sum(r["serial"] == r["pool"] for r in rows),

@@ -126,9 +126,23 @@ def _uptime_ticks() -> int:
 SESSION_START_TICKS = _uptime_ticks()  # processes started before this session are none of ours
 
 
+def _ancestors(pid: int) -> set[int]:
+    seen: set[int] = set()
+    while pid > 1 and pid not in seen:
+        seen.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return seen
+
+
 def leftover_workers() -> list[tuple[int, str]]:
-    """Referee worker processes started during this session whose job directory no longer exists: they
-    outlived their evaluation."""
+    """Referee worker processes started during this session that outlived their evaluation: any but those in
+    the sandboxes the referee keeps on purpose (spares, judges kept for the next candidate)."""
+    from kernelsmith.referee.evaluation import standing_sandboxes
+
+    standing = set(standing_sandboxes())
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -141,7 +155,7 @@ def leftover_workers() -> list[tuple[int, str]]:
         if started < SESSION_START_TICKS or "kernelsmith.referee.worker" not in argv:
             continue
         i = argv.index("kernelsmith.referee.worker")
-        if i + 1 < len(argv) and not Path(argv[i + 1]).exists():
+        if i + 1 < len(argv) and not Path(argv[i + 1]).exists() and not _ancestors(int(entry.name)) & standing:
             found.append((int(entry.name), argv[i + 1]))
     return found
 

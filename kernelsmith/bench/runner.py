@@ -158,7 +158,7 @@ def _eval_task(t: BenchTask, s: BenchSettings) -> dict[str, Any]:
     except CandidateError as exc:
         return {"status": BAD_CANDIDATE, "error": _first_line(str(exc)), "candidate": str(path)}
     v = evaluate(t.task, cand, EvalOptions(device=s.device, policy=s.policy, timeout_s=s.timeout_s,
-                                           trials=s.trials, backend=s.backend, warm=1)).to_dict()
+                                           trials=s.trials, backend=s.backend, warm=2)).to_dict()
     return {"status": v["status"], "speedup": v.get("speedup"), "speedup_ci": v.get("speedup_ci"),
             "ref_ms": v.get("ref_ms"), "cand_ms": v.get("cand_ms"), "error": _first_line(v.get("error")),
             "guards": [g["name"] for g in v.get("guards") or []], "candidate": str(path),

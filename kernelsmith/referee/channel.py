@@ -1,16 +1,20 @@
-"""The judge's channel: framed messages over a Unix SOCK_SEQPACKET pair, tensors in sealed memfds.
+"""The judge's channel: framed messages over a Unix SOCK_SEQPACKET pair, tensors in shared arenas.
 
-One message is one packet: a JSON header (bounded size) and at most one file descriptor, a memfd that holds
-every tensor of the message back to back. The sender seals the memfd (no shrink, grow or write) before it
-sends it, and the receiver refuses one that is not sealed, not a regular file or smaller than the header says:
-a hostile peer can neither truncate it under the receiver's mapping (SIGBUS) nor change the bytes after they
-were checked. No pickle anywhere: values are JSON, tensors are raw bytes described by dtype and shape.
+One message is one packet: a JSON header (bounded size) and at most one file descriptor. Tensors never go in
+the header: each side of a `Link` writes what it sends into its own arena, a memfd it maps read-write and the
+peer maps read-only (sealed against resizing and against new writable mappings), sent once and reused while
+messages fit. The receiver validates every layout against the arena (dtypes, shapes, aligned in-bounds ranges,
+a byte budget) and copies the tensors out at once, so nothing the peer writes later reaches them. On a GPU both
+mappings are page-locked, so a gigabyte crosses by DMA. No pickle anywhere: values are JSON, tensors are raw
+bytes described by dtype and shape.
 
-Used by both sides of every referee conversation (orchestrator ↔ judge, judge ↔ candidate); stdlib + torch.
+Used by both sides of every referee conversation (orchestrator <-> judge: JSON and handed-on sockets only;
+judge <-> candidate: a `Link`); stdlib + torch.
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import math
@@ -28,7 +32,10 @@ MAX_HEADER = 1 << 20  # bytes of JSON in one packet
 MAX_TENSORS = 4096
 ALIGN = 64
 POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # fault a message's pages in at once, not one by one
-SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+ARENA_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+F_SEAL_FUTURE_WRITE = getattr(fcntl, "F_SEAL_FUTURE_WRITE", 0x0010)
+ARENA_ROUND = 1 << 20  # arenas grow in whole MiB
+HOST_REGISTER_READ_ONLY = 0x08  # CU_MEMHOSTREGISTER_READ_ONLY: the peer's arena is mapped read-only here
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
     torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool,
@@ -101,31 +108,6 @@ def encode(values: Sequence[Any]) -> tuple[list[Any], list[torch.Tensor]]:
     return [_encode_value(v, tensors) for v in values], tensors
 
 
-def _memfd(tensors: list[torch.Tensor]) -> tuple[int, list[dict[str, Any]]]:
-    """Copy `tensors` (any device) into a new sealed memfd; returns it and each tensor's place in it."""
-    layout, offset = [], 0
-    for t in tensors:
-        nbytes = t.numel() * t.element_size()
-        layout.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "offset": offset,
-                       "nbytes": nbytes})
-        offset += -(-nbytes // ALIGN) * ALIGN
-    fd = os.memfd_create("kernelsmith-tensors", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        os.ftruncate(fd, offset)
-        if offset:
-            with mmap.mmap(fd, offset, flags=mmap.MAP_SHARED | POPULATE) as mm:
-                for t, place in zip(tensors, layout):
-                    if place["nbytes"]:
-                        dst = torch.frombuffer(mm, dtype=torch.uint8, count=place["nbytes"], offset=place["offset"])
-                        dst.copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
-                        del dst
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS | fcntl.F_SEAL_SEAL)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, layout
-
-
 def send_fd(sock: socket.socket, header: dict[str, Any], fd: int) -> None:
     """Send one message carrying a descriptor of ours (a socket handed on to another process)."""
     try:
@@ -134,39 +116,31 @@ def send_fd(sock: socket.socket, header: dict[str, Any], fd: int) -> None:
         raise PeerGone(str(exc)) from exc
 
 
-def send(sock: socket.socket, header: dict[str, Any], values: Sequence[Any] | None = None) -> None:
-    """Send one message; `values` (a list of tensors and plain values) travel as `header["values"]`."""
-    fds: list[int] = []
-    if values is not None:
-        spec, tensors = encode(values)
-        header = {**header, "values": spec}
-        if tensors:
-            fd, layout = _memfd(tensors)
-            fds.append(fd)
-            header["tensors"] = layout
+def send(sock: socket.socket, header: dict[str, Any]) -> None:
+    """Send one message of JSON only (tensors travel over a `Link`)."""
     data = json.dumps(header).encode()
     if len(data) > MAX_HEADER:
         raise ChannelError(f"message header of {len(data)} bytes is over {MAX_HEADER}")
     try:
-        socket.send_fds(sock, [data], fds) if fds else sock.sendall(data)
+        sock.sendall(data)
     except (BrokenPipeError, ConnectionResetError) as exc:
         raise PeerGone(str(exc)) from exc
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 class Message(dict):
-    """A received header. `.values(device)` materialises its values; the memfd is closed by `.close()`."""
+    """A received header. `.values(device)` materialises its values from the sender's arena (a `Link`'s)."""
 
-    fd: int | None = None
+    fd: int | None = None  # a descriptor that came with it (a socket handed on, a new arena)
+    arena: _Inbound | None = None
 
     def values(self, device: str | torch.device = "cpu", max_bytes: int | None = None) -> list[Any]:
         layout = self.get("tensors", [])
         spec = self.get("values", [])
         if not isinstance(layout, list) or not isinstance(spec, list) or len(layout) > MAX_TENSORS:
             raise ChannelError("malformed tensor layout")
-        tensors = _materialise(self.fd, layout, device, max_bytes) if layout else []
+        if layout and self.arena is None:
+            raise ChannelError("message describes tensors but no shared memory came with the link")
+        tensors = self.arena.read(layout, device, max_bytes) if layout else []  # type: ignore[union-attr]
         return [_decode_value(s, tensors) for s in spec]
 
     def close(self) -> None:
@@ -175,20 +149,8 @@ class Message(dict):
             self.fd = None
 
 
-def _materialise(fd: int | None, layout: list[Any], device: str | torch.device,
-                 max_bytes: int | None) -> list[torch.Tensor]:
-    if fd is None:
-        raise ChannelError("message describes tensors but carries no memory")
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise ChannelError("tensor memory is not a memfd")
-    try:
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-    except OSError as exc:
-        raise ChannelError("tensor memory cannot be sealed (not a memfd)") from exc
-    if seals & SEALS != SEALS:
-        raise ChannelError("tensor memory is not sealed against writes and resizing")
-    total = 0
+def _places(layout: list[Any], size: int) -> list[tuple[torch.dtype, list[int], int, int]]:
+    """Validate a tensor layout against memory of `size` bytes: dtypes, shapes, aligned in-bounds ranges."""
     places = []
     for place in layout:
         if not isinstance(place, dict):
@@ -202,33 +164,216 @@ def _materialise(fd: int | None, layout: list[Any], device: str | torch.device,
             raise ChannelError("malformed tensor shape")
         count = math.prod(shape)
         if (not isinstance(offset, int) or not isinstance(nbytes, int) or offset < 0 or offset % ALIGN
-                or nbytes != count * torch.empty((), dtype=dtype).element_size() or offset + nbytes > st.st_size):
+                or nbytes != count * torch.empty((), dtype=dtype).element_size() or offset + nbytes > size):
             raise ChannelError("tensor layout does not match its memory")
-        total += nbytes
         places.append((dtype, shape, offset, nbytes))
-    if max_bytes is not None and total > max_bytes:
-        raise ChannelError(f"message carries {total} bytes of tensors, more than the {max_bytes} expected")
-    out = []
-    with (mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED | POPULATE, prot=mmap.PROT_READ) if st.st_size
-          else _Empty()) as mm:
+    return places
+
+
+def _layout(tensors: list[torch.Tensor]) -> tuple[list[dict[str, Any]], int]:
+    layout, offset = [], 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        layout.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "offset": offset,
+                       "nbytes": nbytes})
+        offset += -(-nbytes // ALIGN) * ALIGN
+    return layout, offset
+
+
+_DRIVER: Any = None
+
+
+def _driver() -> Any:
+    """libcuda through ctypes (the driver API keeps no "last error" that a failed call could leave behind for
+    torch's next kernel-launch check to trip over, unlike the runtime's cudaHostRegister); None without one."""
+    global _DRIVER
+    if _DRIVER is None:
+        try:
+            _DRIVER = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            _DRIVER = False
+    return _DRIVER or None
+
+
+def _pin(mm: mmap.mmap, readonly: bool) -> int:
+    """Page-lock a mapping for the device (copies to and from it then run by DMA at full speed, not through a
+    staging buffer); its address, or 0 where that is impossible (no CUDA context here, a driver refusal)."""
+    cu = _driver()
+    if cu is None or not torch.cuda.is_available() or not torch.cuda.is_initialized() or len(mm) == 0:
+        return 0
+    ctx = ctypes.c_void_p()
+    if cu.cuCtxGetCurrent(ctypes.byref(ctx)) != 0 or not ctx.value:
+        return 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ptr = torch.frombuffer(mm, dtype=torch.uint8, count=1).data_ptr()
+    flags = HOST_REGISTER_READ_ONLY if readonly else 0
+    rc = cu.cuMemHostRegister_v2(ctypes.c_void_p(ptr), ctypes.c_size_t(len(mm)), ctypes.c_uint(flags))
+    return ptr if rc == 0 else 0
+
+
+def _unpin(ptr: int) -> None:
+    cu = _driver()
+    if ptr and cu is not None:
+        cu.cuMemHostUnregister(ctypes.c_void_p(ptr))
+
+
+class _Outbound:
+    """The sender's arena: one memfd, mapped read-write here and read-only by the peer, reused by every
+    message that fits (a GPU-sized tensor is written into already-faulted, page-locked memory), replaced by a
+    larger one when one does not. Sealed against resizing (the peer's mapping can never SIGBUS) and against
+    new writable mappings, so the peer can read it and nothing else."""
+
+    def __init__(self, size: int, pin: bool):
+        self.fd = os.memfd_create("kernelsmith-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        self.mm: mmap.mmap | None = None
+        self.pinned = 0
+        try:
+            os.ftruncate(self.fd, size)
+            self.mm = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED | POPULATE)
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+            try:  # Linux >= 5.1: no writable mapping can be made of it from now on (ours stays)
+                fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, F_SEAL_FUTURE_WRITE)
+            except OSError:
+                pass
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL)
+            self.pinned = _pin(self.mm, readonly=False) if pin else 0
+        except BaseException:
+            self.close()
+            raise
+
+    def write(self, tensors: list[torch.Tensor], layout: list[dict[str, Any]]) -> None:
+        assert self.mm is not None
+        for t, place in zip(tensors, layout):
+            if place["nbytes"]:
+                dst = torch.frombuffer(self.mm, dtype=torch.uint8, count=place["nbytes"], offset=place["offset"])
+                dst.copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+                del dst
+
+    def close(self) -> None:
+        _unpin(self.pinned)
+        self.pinned = 0
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None  # type: ignore[assignment]
+
+
+class _Inbound:
+    """The peer's arena as this side sees it: validated (a memfd, sealed against resizing), mapped read-only,
+    and page-locked only up to the size this side expects (a hostile peer's sparse terabyte is never faulted in:
+    only the ranges a message's layout names, within `max_bytes`, are read)."""
+
+    def __init__(self, fd: int, pin: bool):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ChannelError("tensor memory is not a memfd")
+        try:
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        except OSError as exc:
+            raise ChannelError("tensor memory cannot be sealed (not a memfd)") from exc
+        if seals & ARENA_SEALS != ARENA_SEALS:
+            raise ChannelError("tensor memory is not sealed against resizing")
+        self.size = st.st_size
+        self.mm = mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ) if self.size else None
+        self.pinned = 0
+        self.pin_tried = not pin
+
+    def read(self, layout: list[Any], device: str | torch.device, max_bytes: int | None) -> list[torch.Tensor]:
+        """Copies of the tensors `layout` names: what the peer writes later never reaches them."""
+        places = _places(layout, self.size)
+        total = sum(p[3] for p in places)
+        if max_bytes is not None and total > max_bytes:
+            raise ChannelError(f"message carries {total} bytes of tensors, more than the {max_bytes} expected")
+        on_gpu = torch.device(device).type == "cuda"
+        if on_gpu and not self.pin_tried and self.mm is not None and (
+                max_bytes is None or self.size <= max_bytes + ARENA_ROUND):
+            self.pin_tried = True
+            self.pinned = _pin(self.mm, readonly=True)
+        out = []
         for dtype, shape, offset, nbytes in places:
             if nbytes == 0:
                 out.append(torch.empty(shape, dtype=dtype, device=device))
                 continue
             with warnings.catch_warnings():  # read-only on purpose: the bytes are copied out at once
                 warnings.simplefilter("ignore", UserWarning)
-                src = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset)
+                src = torch.frombuffer(self.mm, dtype=torch.uint8, count=nbytes, offset=offset)
             out.append(src.view(dtype).reshape(shape).to(device, copy=True))
             del src
-    return out
+        return out
+
+    def close(self) -> None:
+        _unpin(self.pinned)
+        self.pinned = 0
+        if self.mm is not None:
+            try:
+                self.mm.close()
+            except BufferError:  # a tensor still views it: the mapping goes with the last view
+                pass
+            self.mm = None
 
 
-class _Empty:
-    def __enter__(self) -> None:
-        return None
+class Link:
+    """One end of the judge <-> candidate conversation. Tensors cross in the sender's arena (`_Outbound`), sent
+    once and reused while it fits: no file, no pickle, no per-message allocation. Messages are strictly one
+    request, one answer, so a sender overwrites its arena only after the peer has answered (and so has copied
+    what it needed); the judge sends nothing into it that the candidate may not see."""
 
-    def __exit__(self, *exc: Any) -> None:
-        return None
+    def __init__(self, sock: socket.socket, pin: bool = False):
+        self.sock, self.pin = sock, pin and _driver() is not None  # loaded now: before any candidate code runs
+        self._out: _Outbound | None = None
+        self._in: _Inbound | None = None
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, header: dict[str, Any], values: Sequence[Any] | None = None) -> None:
+        if values is None:
+            return send(self.sock, header)
+        spec, tensors = encode(values)
+        header = {**header, "values": spec}
+        fds: list[int] = []
+        if tensors:
+            layout, size = _layout(tensors)
+            header["tensors"] = layout
+            if self._out is None or len(self._out.mm or b"") < size:  # type: ignore[arg-type]
+                if self._out is not None:
+                    self._out.close()
+                    self._out = None
+                self._out = _Outbound(-(-max(size, 1) // ARENA_ROUND) * ARENA_ROUND, self.pin)
+                fds.append(self._out.fd)
+                header["arena"] = True
+            self._out.write(tensors, layout)
+        data = json.dumps(header).encode()
+        if len(data) > MAX_HEADER:
+            raise ChannelError(f"message header of {len(data)} bytes is over {MAX_HEADER}")
+        try:
+            socket.send_fds(self.sock, [data], fds) if fds else self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise PeerGone(str(exc)) from exc
+
+    def recv(self, timeout: float | None = None) -> Message:
+        msg = recv(self.sock, timeout)
+        if msg.get("arena") is True and msg.fd is not None:
+            fd, msg.fd = msg.fd, None
+            try:
+                inbound = _Inbound(fd, self.pin)
+            finally:
+                os.close(fd)
+            if self._in is not None:
+                self._in.close()
+            self._in = inbound
+        msg.arena = self._in
+        return msg
+
+    def close(self) -> None:
+        for arena in (self._out, self._in):
+            if arena is not None:
+                arena.close()
+        self._out = self._in = None
+        self.sock.close()
 
 
 def recv(sock: socket.socket, timeout: float | None = None) -> Message:

@@ -189,6 +189,77 @@ class _Spares:
 SPARES = _Spares()
 
 
+class _Judges:
+    """Judges kept between evaluations of the same task (its module loaded, its CUDA context made): the judge
+    is trusted code plus the task's, so it may serve one candidate after another; each evaluation still gets
+    fresh seeds, inputs and reference model. A judge goes back only after an evaluation it ended cleanly, and
+    is taken again only once it says it is idle (it has freed that evaluation's memory)."""
+
+    MAX_IDLE = 8  # judges kept over all tasks (the least recently used go first)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[tuple[tuple, Child, socket.socket]] = []
+
+    @staticmethod
+    def key(task: Task, opts: EvalOptions) -> tuple:
+        import hashlib
+
+        return (hashlib.sha256(task.source.encode()).hexdigest(), *_Spares.key("judge", opts))
+
+    def take(self, key: tuple) -> tuple[Child, socket.socket] | None:
+        while True:
+            with self._lock:
+                i = next((i for i, (k, _, _) in enumerate(self._idle) if k == key), None)
+                if i is None:
+                    return None
+                _, child, ctl = self._idle.pop(i)
+            try:
+                msg = channel.recv(ctl, timeout=10.0)
+                if msg.get("op") == "idle" and child.proc.poll() is None:
+                    return child, ctl
+            except (channel.ChannelError, TimeoutError):
+                pass
+            child.kill()
+            ctl.close()
+            child.close()
+
+    def give(self, key: tuple, child: Child, ctl: socket.socket, keep: int) -> bool:
+        """Tell the judge its evaluation is over and keep it for the next (False: not kept, close it)."""
+        try:
+            channel.send(ctl, {"op": "end"})
+        except channel.ChannelError:
+            return False
+        evicted = []
+        with self._lock:
+            if sum(k == key for k, _, _ in self._idle) >= max(1, keep):
+                return False
+            self._idle.append((key, child, ctl))
+            while len(self._idle) > self.MAX_IDLE:
+                evicted.append(self._idle.pop(0))
+        for _, old, old_ctl in evicted:
+            old.kill()
+            old_ctl.close()
+            old.close()
+        return True
+
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [child.proc.pid for _, child, _ in self._idle]
+
+
+JUDGES = _Judges()
+
+
+def standing_sandboxes() -> list[int]:
+    """Process ids of the sandboxes this process keeps between evaluations (spares, kept judges): alive by
+    design, unlike anything left of an evaluation that ended."""
+    with SPARES._lock:
+        spares = [child.proc.pid for ready in SPARES._ready.values() for child, _ in ready]
+    return spares + JUDGES.pids()
+
+
 def start_sandbox(role: str, opts: EvalOptions, ro_files: dict[str, str] | None = None) -> tuple[Child, socket.socket]:
     """A judge or candidate sandbox and the orchestrator's end of its channel."""
     mine, theirs = channel.pair()
@@ -208,10 +279,14 @@ class _Session:
     """The two sandboxes of one evaluation and the orchestrator's end of the judge's channel. The candidate's
     channel is handed to the judge: from then on only the judge talks to the candidate."""
 
-    def __init__(self, candidate: Candidate, opts: EvalOptions, ro_files: dict[str, str], config: dict[str, Any]):
-        self.opts = opts
+    def __init__(self, candidate: Candidate, opts: EvalOptions, ro_files: dict[str, str], config: dict[str, Any],
+                 judge_key: tuple):
+        self.opts, self.judge_key = opts, judge_key
         self.judge = self.cand = None
-        self.judge, self.ctl = SPARES.take("judge", opts)
+        self.reusable = False  # the judge ended this evaluation cleanly and may judge the next candidate
+        kept = JUDGES.take(judge_key)
+        self.judge, self.ctl = kept or SPARES.take("judge", opts)
+        self.judge_reused = kept is not None
         try:
             self.cand, cand_sock = SPARES.take("candidate", opts, ro_files)
             try:
@@ -249,14 +324,22 @@ class _Session:
         except channel.ChannelError:
             pass
 
-    def stop(self) -> None:
-        """Kill both sandboxes (their logs are complete once they are gone)."""
-        for child in (self.judge, self.cand):
+    def stop(self, judge_done: bool = False) -> None:
+        """Kill the candidate's sandbox (its log is complete once it is gone); the judge too, unless it ended
+        the evaluation cleanly (`judge_done`: it waits for `end`, then for the next candidate)."""
+        self.reusable = judge_done
+        for child in (self.cand,) if judge_done else (self.judge, self.cand):
             if child is not None:
                 child.kill()
 
     def close(self) -> None:
-        self.ctl.close()
+        if self.reusable and self.judge is not None and self.judge.proc.poll() is None and JUDGES.give(
+                self.judge_key, self.judge, self.ctl, self.opts.warm):
+            self.judge = None  # kept
+        else:
+            self.ctl.close()
+            if self.judge is not None:
+                self.judge.kill()
         for child in (self.judge, self.cand):
             if child is not None:
                 child.close()
@@ -284,8 +367,9 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
             if early is not None:
                 return early
         ruling.hold = LeaseHolder(opts.lease, f"cuda-{visible_device(opts.gpu or 0)}" if opts.device == "cuda" else None)
-        session = _Session(candidate, opts, ro_files, config)
+        session = _Session(candidate, opts, ro_files, config, _Judges.key(task, opts))
         ruling.v.sandbox = dict(session.cand.info)
+        ruling.v.timing["judge"] = "kept" if session.judge_reused else "new"
         session.send({"op": "job", "task_source": task.source, "device": opts.device,
                       "tolerance": opts.tolerance, "test_inputs": opts.test_inputs and task.has_test_inputs,
                       **seeds})
@@ -329,8 +413,9 @@ STAGES = {"import": "importing the candidate", "init": "constructing ModelNew", 
 
 def _candidate_fault(ruling: _Ruling, session: _Session, fault: dict[str, Any], deadline: float) -> Verdict:
     """The candidate ended the conversation: its own error report, a protocol violation, or its death."""
-    if fault.get("op") != "gone":
-        session.stop()
+    session.reusable = True  # the judge told the fault and waits for `end`
+    if fault.get("op") != "gone":  # (a dead candidate's own end is read below)
+        session.stop(judge_done=True)
     log = session.cand.log() if fault.get("op") != "gone" else ""
     if fault.get("op") == "violation":
         ruling.finding("protocol_violation", f"the candidate broke the judge's protocol: {fault.get('message', '')}")
@@ -418,7 +503,7 @@ def _run(ruling: _Ruling, session: _Session, deadline: float) -> Verdict:
         elif op == "candidate_report" and checked:
             _merge_report(ruling, session, msg["report"])
             if ruling.opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):
-                session.stop()  # nothing more is asked of either: no graceful exit to wait for
+                session.stop(judge_done=True)  # nothing more is asked of the candidate
                 return ruling.end(None, log=session.cand.log())
             ruling.hold.exclusive()  # waits until no other evaluation works on this GPU
             ruling.phase("lease_wait")
@@ -426,7 +511,7 @@ def _run(ruling: _Ruling, session: _Session, deadline: float) -> Verdict:
         elif op == "timed":
             ruling.phase("timing")
             _judge_timing(ruling, msg)
-            session.stop()
+            session.stop(judge_done=True)
             return ruling.end(None, log=session.cand.log())
 
 
@@ -442,6 +527,12 @@ def _merge_report(ruling: _Ruling, session: _Session, report: dict[str, Any]) ->
         value = report.get(key)
         if isinstance(value, dict):
             setattr(v, key, {str(k): int(n) for k, n in value.items() if isinstance(n, int)})
+    spent = report.get("spent")
+    if isinstance(spent, dict):  # the candidate's own account of its time: informational, never a fact
+        v.timing["candidate_s"] = {str(k)[:40]: float(x) for k, x in list(spent.items())[:20]
+                                   if isinstance(x, (int, float))}
+    if isinstance(report.get("profile"), str):
+        v.timing["candidate_profile"] = report["profile"][:60000]
     observed = report.get("sandbox") if isinstance(report.get("sandbox"), dict) else {}
     v.sandbox = {**{k: observed[k] for k in ("uid", "network", "visible_processes") if k in observed},
                  **session.cand.info}

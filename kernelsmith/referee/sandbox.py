@@ -38,7 +38,7 @@ import kernelsmith
 PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
             "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH",
             "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "OPENBLAS_CORETYPE",
-            "OPENBLAS_L2_SIZE")
+            "OPENBLAS_L2_SIZE", "KERNELSMITH_PROFILE")
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 PR_SET_PDEATHSIG = 1
 NOBODY = 65534
@@ -329,6 +329,17 @@ class MemoryCgroup:
         except (OSError, ValueError):
             pass
 
+    def wait_empty(self, timeout: float) -> None:
+        """Until every process in it has exited (a GPU process's device memory is free only then)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                if not (self.path / "cgroup.procs").read_text().strip():
+                    return
+            except OSError:
+                return
+            time.sleep(0.01)
+
     def remove(self) -> None:
         for _ in range(50):
             try:
@@ -600,6 +611,7 @@ class Child:
             pass
         if self.cgroup is not None:
             self.cgroup.kill_all()
+            self.cgroup.wait_empty(10.0)
         elif self.info["isolation"] == "none":
             for pid in _tree(self.proc.pid):
                 try:

@@ -209,18 +209,19 @@ class CandidateFault(Exception):
 class Judge:
     """One evaluation as the judge runs it. Every message to the orchestrator is a fact the judge observed."""
 
-    def __init__(self, ctl: socket.socket, link: socket.socket, job: dict[str, Any]):
+    def __init__(self, ctl: socket.socket, link: channel.Link, job: dict[str, Any]):
         self.ctl, self.link, self.job = ctl, link, job
         self.device = job["device"]
         self.tol = job.get("tolerance")
         self.spent: dict[str, float] = {}  # seconds per step of the cases, summed (verdict.timing["judge_s"])
+        self.ended = False  # the orchestrator already said `end`
 
     def tell(self, op: str, **fields: Any) -> None:
         channel.send(self.ctl, {"op": op, **fields})
 
     def request(self, header: dict[str, Any], values: list[Any] | None = None) -> None:
         try:
-            channel.send(self.link, header, values)
+            self.link.send(header, values)
         except channel.PeerGone:
             raise CandidateFault({"op": "gone", "during": header["op"], "case": header.get("case", "")}) from None
 
@@ -229,7 +230,7 @@ class Judge:
         else ends the evaluation as the candidate's fault."""
         self.tell("waiting", on=header["op"], case=header.get("case", ""))
         try:
-            reply = channel.recv(self.link)
+            reply = self.link.recv()
         except channel.PeerGone:
             raise CandidateFault({"op": "gone", "during": header["op"], "case": header.get("case", "")}) from None
         except channel.ChannelError as exc:
@@ -247,12 +248,9 @@ class Judge:
         self.request(header, values)
         return self.answer(header, expect)
 
-    def run(self) -> None:
-        from kernelsmith.task import load_module
-
-        path = Path(os.environ.get("HOME", ".")) / "task.py"
-        path.write_text(self.job["task_source"])
-        task = load_module(self.job["task_source"], str(path), "kernelsmith_task")
+    def run(self, task: Any) -> None:
+        """One evaluation, up to its last fact. On a GPU, after a passed check, the orchestrator decides whether
+        timing follows (`time`) or not (`end`: another candidate's timing may hold the GPU)."""
         self.tell("loaded", versions=_versions(), device=_device_name(self.device))
         cases = Cases(task, self.job)
         first, again = cases.inputs(cases.names[0]), cases.inputs(cases.names[0])
@@ -267,6 +265,11 @@ class Judge:
             self.ask({"op": "init", "init_seed": self.job["init_seed"]}, init, expect="ready").close()
             clock("init")
             result = self.correctness(task, model, cases)
+            cases.test_cases = []  # timing needs none of them: the device memory goes to the candidate
+            if self.device == "cuda":
+                import torch
+
+                torch.cuda.empty_cache()
             self.tell("checked", **result, spent={k: round(v, 3) for k, v in self.spent.items()})
             report = self.ask({"op": "report"}, expect="report")
             self.tell("candidate_report", report=_bounded(report, "report"))
@@ -274,7 +277,8 @@ class Judge:
                 msg = channel.recv(self.ctl)
                 if msg.get("op") == "time":
                     self.timing(task, model, cases, msg)
-            self.ask({"op": "stop"}, expect="bye")
+                else:
+                    self.ended = msg.get("op") == "end"
         except CandidateFault as fault:
             self.tell("candidate_fault", fault=fault.report)
 
@@ -463,11 +467,14 @@ def _bounded(msg: dict[str, Any], op: str) -> dict[str, Any]:
     return {"op": op, **data}
 
 
-def _preload(device: str) -> None:
+def _preload(device: str, candidate: bool = False) -> None:
     """What every evaluation needs, done before the first message: a spare sandbox is ready to work at once."""
     import numpy  # noqa: F401
     import torch
     import triton  # noqa: F401
+
+    if candidate:  # imported lazily by the first op dispatched under the guards' mode: 1-1.5 s of forward
+        import torch._dynamo  # noqa: F401
 
     import kernelsmith.referee.compare  # noqa: F401
     import kernelsmith.task  # noqa: F401
@@ -477,27 +484,61 @@ def _preload(device: str) -> None:
 
 
 def run_judge() -> int:
+    """Judge evaluations of one task, one after another, until the orchestrator closes the channel. The task's
+    module is loaded once (its code runs once per judge); every evaluation gets its own candidate link, seeds,
+    inputs and a freshly built reference model, and leaves nothing behind but the module."""
+    import gc
+
     ctl = _link()
-    _preload(os.environ["KERNELSMITH_DEVICE"])
-    first = channel.recv(ctl)  # the orchestrator's end of the candidate's channel, passed on to the judge
-    if first.get("op") != "link" or first.fd is None or not stat.S_ISSOCK(os.fstat(first.fd).st_mode):
-        return 2
-    link = socket.socket(fileno=first.fd)
-    first.fd = None
-    job = channel.recv(ctl)
-    try:
-        Judge(ctl, link, job).run()
-    except TaskFault as exc:
-        channel.send(ctl, {"op": "task_error", "type": "TaskError", "message": str(exc)})
-        return 3
-    except BaseException as exc:  # noqa: BLE001 - the task's own failure, reported as the task's
+    device = os.environ["KERNELSMITH_DEVICE"]
+    _preload(device)
+    task, source = None, None
+    while True:
         try:
-            channel.send(ctl, {"op": "task_error", "type": type(exc).__name__, "message": str(exc)[:2000],
-                               "traceback": traceback.format_exc()[-4000:]})
+            first = channel.recv(ctl)  # the candidate's channel, handed on by the orchestrator
+        except channel.PeerGone:
+            return 0
+        if first.get("op") != "link" or first.fd is None or not stat.S_ISSOCK(os.fstat(first.fd).st_mode):
+            return 2
+        link = channel.Link(socket.socket(fileno=first.fd), pin=device == "cuda")
+        first.fd = None
+        job = channel.recv(ctl)
+        judge = Judge(ctl, link, job)
+        try:
+            if task is None:
+                from kernelsmith.task import load_module
+
+                source = job["task_source"]
+                path = Path(os.environ.get("HOME", ".")) / "task.py"
+                path.write_text(source)
+                task = load_module(source, str(path), "kernelsmith_task")
+            elif job["task_source"] != source:
+                return 2  # a judge judges one task: the orchestrator keys its judges by the task
+            judge.run(task)
+        except TaskFault as exc:
+            channel.send(ctl, {"op": "task_error", "type": "TaskError", "message": str(exc)})
+            return 3
+        except BaseException as exc:  # noqa: BLE001 - the task's own failure, reported as the task's
+            try:
+                channel.send(ctl, {"op": "task_error", "type": type(exc).__name__, "message": str(exc)[:2000],
+                                   "traceback": traceback.format_exc()[-4000:]})
+            except channel.ChannelError:
+                pass
+            return 3
+        finally:
+            link.close()
+        try:
+            if not judge.ended and channel.recv(ctl).get("op") != "end":
+                return 2
         except channel.ChannelError:
-            pass
-        return 3
-    return 0
+            return 0  # the orchestrator is done with this judge
+        del judge
+        gc.collect()
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()  # the next candidate gets the device memory this evaluation used
+        channel.send(ctl, {"op": "idle"})
 
 
 # ============================================================================================ the candidate
@@ -567,7 +608,7 @@ class CandidateRunner:
     """Answers the judge's requests. Its state (guards, model) lives in this object, which the candidate's code
     is kept from reaching by the audit hook; nothing it reports decides correctness."""
 
-    def __init__(self, link: socket.socket, device: str):
+    def __init__(self, link: channel.Link, device: str):
         """Made (guards installed) before the sandbox knows its candidate: a spare is ready at once. The
         candidate's settings arrive with `configure`."""
         import torch
@@ -579,7 +620,9 @@ class CandidateRunner:
         self.cand_path = Path(home) / "candidate.py"
         me = sys.modules[__name__]
         watch = [("worker", me, name) for name in ("_unchanged", "_poison", "_build", "make_inputs")]
-        watch += [("channel", channel, name) for name in ("send", "recv", "encode", "_memfd")]
+        watch += [("channel", channel, name) for name in ("send", "recv", "encode", "_places", "_layout")]
+        watch += [("channel.Link", channel.Link, name) for name in ("send", "recv")]
+        watch += [("channel._Inbound", channel._Inbound, "read"), ("channel._Outbound", channel._Outbound, "write")]
         watch += [("worker.CandidateRunner", CandidateRunner, name) for name in ("run_case", "serve", "report")]
         self.guards = GuardSession(str(self.cand_path), device, "strict", True, watch, home)
         self.stage = Stage.IMPORT
@@ -587,6 +630,7 @@ class CandidateRunner:
         self.last_inputs: list[Any] = []
         self.timing_pool: list[list[Any]] = []  # input sets for timing, from the judge
         self.out_sizes: list[int] = []
+        self.spent: dict[str, float] = {}  # where this process's time went (reported; informational only)
         if device == "cuda":
             torch.cuda.init()
 
@@ -604,14 +648,14 @@ class CandidateRunner:
         sys.stderr.write(err["traceback"])
         sys.stderr.flush()
         try:
-            channel.send(self.link, {"op": "error", **err})
+            self.link.send({"op": "error", **err})
         except channel.ChannelError:
             pass
         os._exit(3)  # a broken CUDA context must not get a chance to hang interpreter shutdown
 
     def serve(self) -> None:
         while True:
-            msg = channel.recv(self.link)
+            msg = self.link.recv()
             op = msg.get("op")
             try:
                 if op == "init":
@@ -622,21 +666,19 @@ class CandidateRunner:
                     self.report()
                 elif op == "timing_inputs":
                     self.timing_pool.append(msg.values(self.device))
-                    channel.send(self.link, {"op": "stored"})
+                    self.link.send({"op": "stored"})
                 elif op == "time":
                     self.stage = Stage.TIMING
                     self.time(msg)
                 elif op == "bound":
                     self.bound(int(msg.get("k", 1)))
-                elif op == "stop":
-                    channel.send(self.link, {"op": "bye"})
-                    return
             finally:
                 msg.close()
 
     def init(self, msg: channel.Message) -> None:
         from kernelsmith.task import load_module
 
+        clock = _Clock(self.spent)
         init = msg.values("cpu")
         if self.guards.backend == "cuda":  # built by the orchestrator
             from kernelsmith.backends.cuda import install_prebuilt
@@ -646,29 +688,37 @@ class CandidateRunner:
         module = load_module(self.cand_path.read_text(), str(self.cand_path), "kernelsmith_candidate")
         if not hasattr(module, "ModelNew"):
             raise ImportError("candidate defines no class ModelNew")
+        clock("import")
         self.stage = Stage.INIT
         self.model = _build(module, "ModelNew", None, msg["init_seed"], self.device,
                             init=_to_device(init, self.device))
+        clock("init")
         self.stage = Stage.FORWARD
-        channel.send(self.link, {"op": "ready"})
+        self.link.send({"op": "ready"})
 
     def run_case(self, msg: channel.Message) -> None:
         import torch
 
         from kernelsmith.referee.guards import check_output
 
+        clock = _Clock(self.spent)
         inputs = msg.values(self.device)
         msg.close()
         pristine = None if msg.get("return_inputs", True) else [
             t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
         in_sizes = [t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)]
+        clock("receive")
         # The inputs' own earlier blocks are freed memory too: poison them as well.
         _poison(self.out_sizes + in_sizes * 2, int(msg.get("poison", POISON_A)), self.device)
+        _sync(self.device)
+        clock("poison")
         with self.guards.watch(), torch.no_grad():
             out = self.model(*inputs)
             _sync(self.device)
+        clock("forward")
         tensors, problem = check_output(out, self.device)
         self.guards.check_tamper()
+        clock("guards")
         if tensors is None:
             self.guards.add("output_not_dense", problem)
             raise TypeError(problem)
@@ -678,15 +728,17 @@ class CandidateRunner:
         if pristine is not None:  # checked here: defence in depth only (see Judge.case)
             header["inputs_unchanged"] = _unchanged(inputs, pristine)
             del pristine
-        channel.send(self.link, header, [torch.Tensor.detach(t) for t in tensors]
-                     + (list(inputs) if msg.get("return_inputs", True) else []))
+        self.link.send(header, [torch.Tensor.detach(t) for t in tensors]
+                       + (list(inputs) if msg.get("return_inputs", True) else []))
+        clock("send")
 
     def report(self) -> None:
         g = self.guards
-        channel.send(self.link, {"op": "report", "findings": [f.to_dict() for f in g.judge()],
+        self.link.send({"op": "report", "findings": [f.to_dict() for f in g.judge()],
                                  "ops": dict(g.ops.ops), "kernels": g.kernels(),
                                  "foreign_kernels": dict(g.launches.foreign), "sandbox": _observed_sandbox(),
-                                 "versions": _versions()})
+                                 "versions": _versions(), "spent": {k: round(v, 3) for k, v in self.spent.items()},
+                                 **_profile_text()})
 
     def time(self, msg: channel.Message) -> None:
         import torch
@@ -708,7 +760,7 @@ class CandidateRunner:
         self.timing_pool = []
         del reference
         self.guards.check_tamper()
-        channel.send(self.link, {"op": "timing", "timing": res.__dict__, "bandwidth": measure_bandwidth(),
+        self.link.send({"op": "timing", "timing": res.__dict__, "bandwidth": measure_bandwidth(),
                                  "findings": [f.to_dict() for f in self.guards.findings.values()]})
 
     def bound(self, k: int) -> None:
@@ -718,7 +770,7 @@ class CandidateRunner:
             for _ in range(max(1, min(k, 100000))):
                 self.model(*self.last_inputs)
             _sync(self.device)
-        channel.send(self.link, {"op": "bound"})
+        self.link.send({"op": "bound"})
 
 
 def _warm_triton(device: str) -> None:
@@ -738,16 +790,34 @@ def _warm_triton(device: str) -> None:
     _sync(device)
 
 
+_PROFILE: Any = None
+
+
+def _profile_text() -> dict[str, str]:
+    """With KERNELSMITH_PROFILE=1 (a developer's switch, passed into the sandbox): the candidate process's
+    profile so far, top functions by cumulative time, in its report (and so in verdict.timing)."""
+    if _PROFILE is None:
+        return {}
+    import io
+    import pstats
+
+    _PROFILE.disable()
+    out = io.StringIO()
+    pstats.Stats(_PROFILE, stream=out).sort_stats("cumulative").print_stats(40)
+    _PROFILE.enable()
+    return {"profile": out.getvalue()[-60000:]}
+
+
 def run_candidate() -> int:
-    link = _link()
     device = os.environ["KERNELSMITH_DEVICE"]
-    _preload(device)
+    _preload(device, candidate=True)
+    link = channel.Link(_link(), pin=device == "cuda")
     try:
         _warm_triton(device)
     except Exception as exc:  # noqa: BLE001 - a cold start is slower, not wrong
         sys.stderr.write(f"kernelsmith: Triton warm-up failed ({type(exc).__name__}: {exc})\n")
     runner = CandidateRunner(link, device)
-    config = channel.recv(link)  # who this candidate is: sent when an evaluation takes this sandbox
+    config = link.recv()  # who this candidate is: sent when an evaluation takes this sandbox
     if config.get("op") != "config":
         return 2
     if not runner.cand_path.exists():  # bound read-only where the sandbox was made for it
@@ -755,6 +825,12 @@ def run_candidate() -> int:
     os.environ["KERNELSMITH_CUDA_EXTENSIONS"] = json.dumps(config.get("cuda_extensions", []))
     runner.configure(str(config.get("policy", "strict")), bool(config.get("require_kernel", True)),
                      str(config.get("backend", "triton")))
+    if os.environ.get("KERNELSMITH_PROFILE") == "1":
+        import cProfile
+
+        global _PROFILE
+        _PROFILE = cProfile.Profile()
+        _PROFILE.enable()
     try:
         runner.serve()
     except channel.ChannelError:

@@ -1,21 +1,21 @@
-"""Cheat: patch the worker's channel (`send`, which carries outputs to the judge) so the compute happens when
-outputs are sent, outside the guarded call; forward only launches a copy kernel."""
+"""Cheat: patch the worker's channel (`Link.send`, which carries outputs to the judge) so the compute happens
+when outputs are sent, outside the guarded call; forward only launches a copy kernel."""
 import torch
 import torch.nn as nn
 import triton
 import triton.language as tl
 from kernelsmith.referee import channel
 
-_original_send = channel.send
+_original_send = channel.Link.send
 
 
-def send(sock, header, values=None):
+def send(self, header, values=None):
     if header.get("op") == "output" and values:
         values = [torch.relu(values[0])] + list(values[1:])
-    return _original_send(sock, header, values)
+    return _original_send(self, header, values)
 
 
-channel.send = send
+channel.Link.send = send
 
 
 @triton.jit

@@ -1,0 +1,151 @@
+"""The judge's channel as a hostile peer meets it: tensors cross in a reused, sealed arena; every layout, size
+and descriptor a peer sends is checked before a byte is read."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import mmap
+import os
+import socket
+
+import pytest
+import torch
+
+from kernelsmith.referee import channel
+
+
+@pytest.fixture
+def links():
+    a, b = channel.pair()
+    left, right = channel.Link(a), channel.Link(b)
+    yield left, right
+    left.close()
+    right.close()
+
+
+def _arena_fd(msg_link: channel.Link) -> int:
+    return msg_link._out.fd  # type: ignore[union-attr]
+
+
+def test_values_round_trip_and_are_copies(links):
+    left, right = links
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    left.send({"op": "run"}, [x, 3, "s", torch.float16, (1.5, float("nan")), torch.zeros(0, dtype=torch.int64)])
+    msg = right.recv(timeout=5)
+    got = msg.values("cpu")
+    assert torch.equal(got[0], x) and got[1:4] == [3, "s", torch.float16]
+    assert got[4][0] == 1.5 and got[4][1] != got[4][1] and got[5].shape == (0,)
+    left.send({"op": "run"}, [torch.full((3, 4), 7.0)])  # the sender reuses its arena ...
+    assert torch.equal(got[0], x)  # ... and what the receiver got before is its own copy
+    assert torch.equal(right.recv(timeout=5).values("cpu")[0], torch.full((3, 4), 7.0))
+
+
+def test_arena_is_reused_while_it_fits_and_replaced_when_it_does_not(links):
+    left, right = links
+    left.send({"op": "a"}, [torch.ones(10)])
+    first = _arena_fd(left)
+    assert right.recv(timeout=5).values()[0].sum() == 10
+    left.send({"op": "b"}, [torch.ones(1000)])
+    assert _arena_fd(left) == first  # 1 MiB holds both
+    assert right.recv(timeout=5).values()[0].sum() == 1000
+    big = torch.ones(600_000)  # 2.4 MB: a new arena, sent with this message
+    left.send({"op": "c"}, [big])
+    assert len(left._out.mm) >= big.numel() * 4  # type: ignore[union-attr]
+    assert right.recv(timeout=5).values()[0].sum() == big.numel()
+    left.send({"op": "d"}, [torch.full((4,), 2.0)])  # and the receiver follows to the new one
+    assert right.recv(timeout=5).values()[0].tolist() == [2.0] * 4
+
+
+def test_the_peer_cannot_write_or_resize_the_senders_arena(links):
+    left, right = links
+    left.send({"op": "a"}, [torch.ones(4)])
+    right.recv(timeout=5).values()
+    fd = right._in  # the receiver's view: mapped read-only
+    assert fd is not None
+    seals = fcntl.fcntl(_arena_fd(left), fcntl.F_GET_SEALS)
+    assert seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_GROW and seals & fcntl.F_SEAL_SEAL
+    path = f"/proc/self/fd/{_arena_fd(left)}"  # what a peer holding the descriptor could try
+    with pytest.raises(OSError):
+        os.truncate(path, 0)
+    if seals & channel.F_SEAL_FUTURE_WRITE:
+        dup = os.open(path, os.O_RDWR)
+        try:
+            with pytest.raises(PermissionError):
+                mmap.mmap(dup, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            with pytest.raises(PermissionError):
+                os.write(dup, b"x")
+        finally:
+            os.close(dup)
+
+
+def _raw(sock: socket.socket, header: dict, fd: int | None = None) -> None:
+    data = json.dumps(header).encode()
+    socket.send_fds(sock, [data], [fd]) if fd is not None else sock.sendall(data)
+
+
+def _memfd(size: int, seals: int) -> int:
+    fd = os.memfd_create("hostile", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if seals:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+def _layout(offset=0, nbytes=16, shape=(4,), dtype="float32"):
+    return [{"dtype": dtype, "shape": list(shape), "offset": offset, "nbytes": nbytes}]
+
+
+@pytest.mark.parametrize("case", ["unsealed", "not_memfd", "outside", "misaligned", "lying_size", "bad_dtype",
+                                  "over_budget", "no_arena", "bad_value"])
+def test_hostile_layouts_and_memory_are_refused(case):
+    a, b = channel.pair()
+    receiver = channel.Link(b)
+    try:
+        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+        fd = _memfd(4096, 0 if case == "unsealed" else seals)
+        if case == "not_memfd":
+            os.close(fd)
+            fd = os.open("/dev/null", os.O_RDONLY)
+        layout = {"outside": _layout(offset=4096 - 8), "misaligned": _layout(offset=4),
+                  "lying_size": _layout(nbytes=8), "bad_dtype": _layout(dtype="object"),
+                  "over_budget": _layout(shape=(1024,), nbytes=4096)}.get(case, _layout())
+        values = [{"t": 5}] if case == "bad_value" else [{"t": 0}]
+        header = {"op": "run", "values": values, "tensors": layout}
+        if case == "no_arena":
+            _raw(a, header)
+        else:
+            _raw(a, {**header, "arena": True}, fd)
+        os.close(fd)
+        with pytest.raises(channel.ChannelError):
+            receiver.recv(timeout=5).values("cpu", max_bytes=1024)
+    finally:
+        a.close()
+        receiver.close()
+
+
+def test_a_sparse_huge_arena_is_never_faulted_in():
+    """A peer's arena may be a terabyte of holes: the receiver maps it, reads only what a layout names within
+    its budget, and pins (page-locks) nothing it did not expect."""
+    a, b = channel.pair()
+    receiver = channel.Link(b, pin=True)
+    fd = _memfd(1 << 40, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    try:
+        _raw(a, {"op": "run", "values": [{"t": 0}], "tensors": _layout(), "arena": True}, fd)
+        got = receiver.recv(timeout=5).values("cpu", max_bytes=1024)
+        assert got[0].tolist() == [0.0] * 4
+        assert receiver._in is not None and receiver._in.pinned == 0
+    finally:
+        os.close(fd)
+        a.close()
+        receiver.close()
+
+
+def test_header_only_messages_and_a_closed_peer(links):
+    left, right = links
+    left.send({"op": "ready"})
+    msg = right.recv(timeout=5)
+    assert msg["op"] == "ready" and msg.values() == []
+    left.sock.close()
+    with pytest.raises(channel.PeerGone):
+        right.recv(timeout=5)
