@@ -42,7 +42,7 @@ DEVICES = ("cuda", "cpu")
 class EvalOptions:
     device: str = "cuda"
     policy: str = "strict"
-    timeout_s: float = 300.0  # bounds the whole evaluation
+    timeout_s: float = 300.0  # bounds the evaluation, less the waits for sandboxes and for the GPU's timing lease
     trials: int = 5  # random input sets, plus the task's get_test_inputs() cases
     test_inputs: bool = True
     poison: bool = True
@@ -367,7 +367,9 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
             if early is not None:
                 return early
         ruling.hold = LeaseHolder(opts.lease, f"cuda-{visible_device(opts.gpu or 0)}" if opts.device == "cuda" else None)
+        started = time.monotonic()
         session = _Session(candidate, opts, ro_files, config, _Judges.key(task, opts))
+        deadline += time.monotonic() - started  # starting sandboxes is the referee's time, not the candidate's
         ruling.v.sandbox = dict(session.cand.info)
         ruling.v.timing["judge"] = "kept" if session.judge_reused else "new"
         session.send({"op": "job", "task_source": task.source, "device": opts.device,
@@ -505,7 +507,9 @@ def _run(ruling: _Ruling, session: _Session, deadline: float) -> Verdict:
             if ruling.opts.device != "cuda" or any(g.severity is not Severity.WARN for g in v.guards):
                 session.stop(judge_done=True)  # nothing more is asked of the candidate
                 return ruling.end(None, log=session.cand.log())
+            queued = time.monotonic()
             ruling.hold.exclusive()  # waits until no other evaluation works on this GPU
+            deadline += time.monotonic() - queued  # nor is waiting for another candidate's timing
             ruling.phase("lease_wait")
             session.send({"op": "time", "timing_seed": secrets.randbits(20) * 64, "timing": ruling.opts.timing})
         elif op == "timed":
