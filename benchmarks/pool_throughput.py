@@ -62,6 +62,9 @@ import torch.nn as nn
 
 
 class ModelNew(nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
     def forward(self, *xs):
         os.abort()
 '''
@@ -70,6 +73,9 @@ import torch.nn as nn
 
 
 class ModelNew(nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
     def forward(self, *xs):
         while True:
             time.sleep(1)

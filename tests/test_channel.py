@@ -51,7 +51,7 @@ def test_arena_is_reused_while_it_fits_and_replaced_when_it_does_not(links):
     assert right.recv(timeout=5).values()[0].sum() == 1000
     big = torch.ones(600_000)  # 2.4 MB: a new arena, sent with this message
     left.send({"op": "c"}, [big])
-    assert len(left._out.mm) >= big.numel() * 4  # type: ignore[union-attr]
+    assert left._out.size >= big.numel() * 4  # type: ignore[union-attr]
     assert right.recv(timeout=5).values()[0].sum() == big.numel()
     left.send({"op": "d"}, [torch.full((4,), 2.0)])  # and the receiver follows to the new one
     assert right.recv(timeout=5).values()[0].tolist() == [2.0] * 4

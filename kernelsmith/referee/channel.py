@@ -226,6 +226,7 @@ class _Outbound:
 
     def __init__(self, size: int, pin: bool):
         self.fd = os.memfd_create("kernelsmith-arena", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        self.size = size
         self.mm: mmap.mmap | None = None
         self.pinned = 0
         try:
@@ -338,7 +339,7 @@ class Link:
         if tensors:
             layout, size = _layout(tensors)
             header["tensors"] = layout
-            if self._out is None or len(self._out.mm or b"") < size:  # type: ignore[arg-type]
+            if self._out is None or self._out.size < size:
                 if self._out is not None:
                     self._out.close()
                     self._out = None

@@ -243,7 +243,6 @@ class _Judges:
             old.close()
         return True
 
-
     def pids(self) -> list[int]:
         with self._lock:
             return [child.proc.pid for _, child, _ in self._idle]
