@@ -141,8 +141,9 @@ def leftover_workers() -> list[tuple[int, str]]:
     """Referee worker processes started during this session that outlived their evaluation: any but those in
     the sandboxes the referee keeps on purpose (spares, judges kept for the next candidate)."""
     from kernelsmith.referee.evaluation import standing_sandboxes
+    from kernelsmith.referee.sandbox import template_pids
 
-    standing = set(standing_sandboxes())
+    standing, templates = set(standing_sandboxes()), set(template_pids())
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -155,8 +156,14 @@ def leftover_workers() -> list[tuple[int, str]]:
         if started < SESSION_START_TICKS or "kernelsmith.referee.worker" not in argv:
             continue
         i = argv.index("kernelsmith.referee.worker")
-        if i + 1 < len(argv) and not Path(argv[i + 1]).exists() and not _ancestors(int(entry.name)) & standing:
-            found.append((int(entry.name), argv[i + 1]))
+        if i + 1 >= len(argv) or Path(argv[i + 1]).exists():
+            continue
+        line = _ancestors(int(entry.name))
+        if line & standing:
+            continue
+        if line & templates and (entry / "status").read_text().split("Uid:")[1].split()[0] == "0":
+            continue  # a template itself, or the parent waiting for one of its forked sandboxes
+        found.append((int(entry.name), argv[i + 1]))
     return found
 
 

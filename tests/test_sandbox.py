@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.referee.sandbox import Child, Limits, isolation, package_root, redact
+from kernelsmith.referee import channel
+from kernelsmith.referee.sandbox import Child, Limits, isolation, package_root, redact, zygote_for
 
 PROBE = Path(__file__).parent / "sandbox_probe.py"
 SECRET_NAME = "KERNELSMITH_TEST_SANDBOX_TOKEN"
@@ -26,9 +27,20 @@ SECRET = "tok-sandbox-0123456789abcdef"
 pytestmark = pytest.mark.skipif(isolation()[0] is None, reason=f"no OS isolation here: {isolation()[1]}")
 
 
-def _probe(marker: Path, limits: Limits | None = None) -> dict:
-    child = Child.start(["{work}/probe.py", str(marker), SECRET_NAME, package_root()], "cpu", limits or Limits(),
-                        ro_files={"probe.py": str(PROBE)})
+def _forked(limits: Limits) -> tuple[Child, object]:
+    zygote = zygote_for("cpu", None, limits)
+    if zygote is None:
+        pytest.skip("candidates are forked from a template only as root")
+    return zygote.spawn("cpu", limits, role="exec")
+
+
+def _probe(marker: Path, limits: Limits | None = None, kind: str = "bwrap") -> dict:
+    argv = [str(marker), SECRET_NAME, package_root()]
+    if kind == "forked":  # a candidate's sandbox forked from the template, running the probe unguarded
+        child, sock = _forked(limits or Limits())
+        channel.send(sock, {"op": "exec", "source": PROBE.read_text(), "argv": ["/job/probe.py", *argv]})
+    else:
+        child = Child.start(["{work}/probe.py", *argv], "cpu", limits or Limits(), ro_files={"probe.py": str(PROBE)})
     try:
         outcome = child.wait(time.monotonic() + 120)
         log = child.log()
@@ -39,14 +51,17 @@ def _probe(marker: Path, limits: Limits | None = None) -> dict:
     return json.loads(line[len("PROBE "):])
 
 
-@pytest.fixture(scope="module")
-def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+@pytest.fixture(scope="module", params=["bwrap", "forked"])
+def probed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """What the probe saw in a sandbox of its own (bubblewrap) and in a candidate's sandbox forked from the
+    template (as root), and its marker dir on the host."""
     marker = tmp_path_factory.mktemp("marker")
     os.chmod(marker, 0o777)  # writable by anyone on the host: only the sandbox can stop the write
     old = os.environ.get(SECRET_NAME)
     os.environ[SECRET_NAME] = SECRET
     try:
-        seen = _probe(marker)
+        seen = _probe(marker, kind=request.param)
+        seen["kind"] = request.param
     finally:
         if old is None:
             del os.environ[SECRET_NAME]
@@ -72,8 +87,9 @@ def test_cannot_signal_its_parent_or_anyone(probed: tuple[dict, Path]) -> None:
     SIGSTOP from inside (ours, otherwise) — the probe went on to print its report after sending both."""
     seen, _ = probed
     assert seen["ppid"] == 1
-    for sent in (seen["kill_ppid"], seen["stop_ppid"]):
-        assert sent == ("refused PermissionError" if os.getuid() == 0 else "ok None"), sent
+    for sent in (seen["kill_ppid"], seen["stop_ppid"]):  # a forked sandbox's init runs as the candidate's uid
+        assert sent == ("refused PermissionError" if os.getuid() == 0 and seen["kind"] == "bwrap"
+                        else "ok None"), sent
 
 
 def test_no_secret_in_any_process_it_can_see(probed: tuple[dict, Path]) -> None:
@@ -228,3 +244,59 @@ def _descendants(pid: int) -> list[int]:
         except OSError:
             pass
     return out
+
+
+def _run_forked(source: str, limits: Limits | None = None) -> tuple[Child, object]:
+    child, sock = _forked(limits or Limits())
+    channel.send(sock, {"op": "exec", "source": source, "argv": ["/job/script.py"]})
+    return child, sock
+
+
+def test_forked_sandbox_seen_from_the_host() -> None:
+    """A candidate's sandbox forked from the template, seen from the host: nobody's uid and groups, no
+    capability in any set, no new privileges, namespaces of its own (not ours, not a sibling's), no open file
+    but its standard streams and its channel, and a memory cgroup of its own."""
+    first, s1 = _run_forked("import time\ntime.sleep(30)\n")
+    second, s2 = _run_forked("import time\ntime.sleep(30)\n")
+    try:
+        for child in (first, second):
+            status = Path(f"/proc/{child.proc.pid}/status").read_text()
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            assert fields["Uid"].split() == ["65534"] * 4 and fields["Gid"].split() == ["65534"] * 4, status
+            assert fields["Groups"].strip() == ""
+            for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+                assert int(fields[cap], 16) == 0, (cap, fields[cap])
+            assert fields["NoNewPrivs"].strip() == "1"
+            fds = sorted(int(fd) for fd in os.listdir(f"/proc/{child.proc.pid}/fd"))
+            assert fds[:3] == [0, 1, 2] and len(fds) <= 4, fds  # stdin, log, log (and its channel, if held)
+            assert child.info["started"] == "forked" and child.info["memory_limit"].startswith(("cgroup", "rlimit"))
+        for ns in ("pid", "net", "mnt", "ipc", "uts"):
+            mine = os.readlink(f"/proc/self/ns/{ns}")
+            a, b = (os.readlink(f"/proc/{c.proc.pid}/ns/{ns}") for c in (first, second))
+            assert a != mine and b != mine and a != b, ns
+    finally:
+        for child, sock in ((first, s1), (second, s2)):
+            child.close()
+            sock.close()  # type: ignore[attr-defined]
+    assert first.proc.poll() is not None and second.proc.poll() is not None
+
+
+def test_forked_sandbox_memory_limit_and_exit_status() -> None:
+    """The kernel's limit ends a runaway allocation in a forked sandbox, and its death by a signal reads as
+    such (the init of its PID namespace passes the candidate's end on)."""
+    child, sock = _run_forked("b = []\nwhile True:\n    b.append(bytearray(64 << 20))\n", Limits(memory_mb=256))
+    t0 = time.monotonic()
+    try:
+        outcome = child.wait(time.monotonic() + 60)
+    finally:
+        child.close()
+        sock.close()  # type: ignore[attr-defined]
+    assert time.monotonic() - t0 < 20
+    assert outcome.memory_exceeded or outcome.returncode not in (0, None), outcome
+    child, sock = _run_forked("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    try:
+        outcome = child.wait(time.monotonic() + 30)
+    finally:
+        child.close()
+        sock.close()  # type: ignore[attr-defined]
+    assert outcome.signal_name == "SIGSEGV", outcome

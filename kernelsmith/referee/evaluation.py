@@ -31,6 +31,7 @@ from kernelsmith.referee.sandbox import (
     redact,
     secret_values,
     visible_device,
+    zygote_for,
 )
 from kernelsmith.referee.verdict import Finding, Severity, Status, Verdict
 from kernelsmith.task import Task
@@ -260,7 +261,15 @@ def standing_sandboxes() -> list[int]:
 
 
 def start_sandbox(role: str, opts: EvalOptions, ro_files: dict[str, str] | None = None) -> tuple[Child, socket.socket]:
-    """A judge or candidate sandbox and the orchestrator's end of its channel."""
+    """A judge or candidate sandbox and the orchestrator's end of its channel. A candidate's is forked from
+    the device's template where that is possible (as root), else started with bubblewrap."""
+    if role == "candidate" and not ro_files:
+        zygote = zygote_for(opts.device, opts.gpu, opts.limits)
+        if zygote is not None:
+            try:
+                return zygote.spawn(opts.device, opts.limits, NOBODY)
+            except OSError:
+                pass  # (the template's failure is in its log) a sandbox of its own, then
     mine, theirs = channel.pair()
     try:
         child = Child.start(_worker(role), opts.device, opts.limits, gpu=opts.gpu, pass_fds=(theirs.fileno(),),

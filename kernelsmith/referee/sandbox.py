@@ -476,10 +476,13 @@ class Child:
     @classmethod
     def start(cls, argv: list[str], device: str, limits: Limits, gpu: int | None = None,
               pass_fds: tuple[int, ...] = (), ro_files: dict[str, str] | None = None,
-              rw_dir: Path | None = None, uid: int = NOBODY, env: dict[str, str] | None = None) -> Child:
+              rw_dir: Path | None = None, uid: int = NOBODY, env: dict[str, str] | None = None,
+              template: bool = False) -> Child:
         """Run `python argv...` sandboxed ("{work}" in argv becomes the work dir as the child sees it).
         `ro_files` maps names in the work dir to host files (bound read-only); `rw_dir`, if given, is a host dir
-        bound as the work dir (a builder's outputs), else a private tmpfs; `pass_fds` keep their numbers."""
+        bound as the work dir (a builder's outputs), else a private tmpfs; `pass_fds` keep their numbers.
+        `template` (root only): the sandbox keeps root and CAP_SYS_ADMIN/SETPCAP so that it can fork walled-in
+        children (`Zygote`); it runs referee code only."""
         bwrap, why = isolation()
         home = JOB if bwrap else None
         host_dir = None
@@ -511,7 +514,12 @@ class Child:
                 args += ["--ro-bind", src, f"{JOB}/{name}"]
             args += ["--hostname", "sandbox", "--chdir", JOB]
             setpriv = _setpriv()
-            if setpriv:
+            if template:
+                if not setpriv:
+                    raise OSError("a template sandbox needs root")
+                args += ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+                cmd = [*args, "--", *cmd]
+            elif setpriv:
                 drop = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                         "--no-new-privs", "--"]
                 cmd = [*args, "--", *drop, *cmd]
@@ -533,7 +541,7 @@ class Child:
         finally:
             os.close(write_fd)
         info = {"isolation": "bwrap" if bwrap else "none",
-                "host_uid": (uid if _setpriv() else os.geteuid()) if bwrap else os.geteuid(),
+                "host_uid": (0 if template else uid if _setpriv() else os.geteuid()) if bwrap else os.geteuid(),
                 "memory_limit": (f"cgroup-v{cgroup.version}" if cgroup
                                  else "rlimit-data" if bwrap and device == "cpu" else "polled"),
                 "limit_mb": limits.memory_mb}
@@ -652,3 +660,193 @@ def _tree(pid: int) -> list[int]:
         out.append(p)
         todo += children.get(p, [])
     return out
+
+
+# ---------------------------------------------------------------------------------- forked candidate sandboxes
+
+
+class _ForkedProcess:
+    """`subprocess.Popen`'s face for a sandbox forked by a template: its host pid (a pidfd holds it, so the
+    pid cannot be recycled under us) and its exit status, which the template's waiting parent writes to a pipe."""
+
+    def __init__(self, pid: int, pidfd: int, status_fd: int):
+        self.pid, self.pidfd, self.status_fd = pid, pidfd, status_fd
+        self.returncode: int | None = None
+        self._buf = b""
+
+    def poll(self) -> int | None:
+        import select
+
+        while self.returncode is None and select.select([self.status_fd], [], [], 0)[0]:
+            data = os.read(self.status_fd, 64)
+            if data:
+                self._buf += data
+                continue
+            try:  # EOF: the status, or nothing if its parent was killed (the sandbox went with it)
+                self.returncode = int(self._buf.decode().strip())
+            except ValueError:
+                self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired("forked sandbox", timeout or 0)
+            time.sleep(0.005)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except (ProcessLookupError, OSError):
+            pass
+
+    def close(self) -> None:
+        for fd in (self.pidfd, self.status_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@dataclass
+class ForkedChild(Child):
+    """A candidate sandbox forked from a `Zygote` (see nest.py): killed by its pidfd and its cgroup."""
+
+    def kill(self) -> None:
+        self.proc.kill()  # type: ignore[attr-defined]
+        super().kill()
+
+    def close(self) -> None:
+        super().close()
+        self.proc.close()  # type: ignore[attr-defined]
+
+
+class Zygote:
+    """A template sandbox (`worker.py zygote`: torch, dynamo, Triton and the referee imported, no CUDA context)
+    that forks each candidate's sandbox in ~10 ms instead of starting an interpreter (nest.py says what the
+    fork gets). Root only; one per (device, GPU); `zygote_for` starts it and restarts it if it died."""
+
+    def __init__(self, child: Child, ctl: Any):
+        self.child, self.ctl = child, ctl
+        self._lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self.child.proc.poll() is None
+
+    def spawn(self, device: str, limits: Limits, uid: int = NOBODY, timeout: float = 60.0,
+              role: str = "candidate") -> tuple[Child, Any]:
+        """A new walled-in child and the orchestrator's end of its channel; OSError if it could not be made.
+        `role` "exec" runs, unguarded, the script sent next ({"op": "exec", "source", "argv"}): tests of the
+        boundary itself."""
+        import json
+        import socket
+        import struct
+
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the kernel names the sender's pid, in ours
+        log_r, log_w = os.pipe()
+        status_r, status_w = os.pipe()
+        cgroup = MemoryCgroup.create(limits.memory_mb << 20)
+        done = False
+        try:
+            spec = {"op": "spawn", "role": role, "uid": uid, "tmp_mb": limits.tmp_mb, "file_mb": limits.file_mb,
+                    "data_mb": limits.memory_mb if cgroup is None and device == "cpu" else None}
+            with self._lock:
+                socket.send_fds(self.ctl, [json.dumps(spec).encode()], [theirs.fileno(), log_w, status_w])
+            for fd in (log_w, status_w):
+                os.close(fd)
+            log_w = status_w = -1
+            theirs.close()
+            mine.settimeout(timeout)
+            try:
+                data, anc, _, _ = mine.recvmsg(4096, socket.CMSG_SPACE(struct.calcsize("3i")))
+            except (TimeoutError, OSError) as exc:
+                raise OSError(f"the forked sandbox did not start: {exc}") from exc
+            creds = [d for level, kind, d in anc if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS]
+            if data != b'{"op": "hello"}' or not creds:
+                drain, log_r = LogDrain(log_r, 4096), -1
+                raise OSError("the forked sandbox did not start: " + drain.text(1.0)[-2000:])
+            pid = struct.unpack("3i", creds[0][:12])[0]
+            pidfd = os.pidfd_open(pid)  # it waits for `placed`: alive, so this pid is still its own
+            if cgroup is not None:
+                with open(cgroup.procs_file(), "w") as fh:
+                    fh.write(str(pid))
+            mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
+            mine.settimeout(None)
+            mine.sendall(b'{"op": "placed"}')
+            info = {"isolation": "bwrap", "started": "forked", "host_uid": uid,
+                    "memory_limit": f"cgroup-v{cgroup.version}" if cgroup else "rlimit-data" if device == "cpu"
+                    else "polled", "limit_mb": limits.memory_mb}
+            child = ForkedChild(_ForkedProcess(pid, pidfd, status_r), limits,  # type: ignore[arg-type]
+                                LogDrain(log_r, limits.log_kb << 10), info, cgroup, None)
+            done = True
+            return child, mine
+        finally:
+            if not done:
+                for fd in (log_w, status_w, status_r, log_r):
+                    if fd >= 0:
+                        os.close(fd)
+                mine.close()
+                theirs.close()
+                if cgroup is not None:
+                    cgroup.remove()
+
+    def close(self) -> None:
+        self.ctl.close()
+        self.child.close()
+
+
+_ZYGOTES: dict[tuple, Zygote | None] = {}
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def template_pids() -> list[int]:
+    """Host pids of the running templates' sandboxes (their forked candidates are not theirs to answer for)."""
+    with _ZYGOTE_LOCK:
+        return [z.child.proc.pid for z in _ZYGOTES.values() if z is not None and z.alive()]
+
+
+def zygote_for(device: str, gpu: int | None, limits: Limits) -> Zygote | None:
+    """The template for this device and GPU, started on first use; None where candidates cannot be forked
+    (not root, no bubblewrap, KERNELSMITH_ZYGOTE=0, or the template failed to start: each candidate then gets
+    its own bubblewrap sandbox, as before)."""
+    import json
+    import socket
+
+    if os.environ.get("KERNELSMITH_ZYGOTE", "1") == "0" or not _setpriv() or isolation()[0] is None:
+        return None
+    key = (device, gpu)
+    with _ZYGOTE_LOCK:
+        z = _ZYGOTES.get(key, ...)
+        if z is None:
+            return None  # failed before: do not retry on every candidate
+        if isinstance(z, Zygote) and z.alive():
+            return z
+        if isinstance(z, Zygote):
+            z.close()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            child = Child.start(["-m", "kernelsmith.referee.worker", "zygote"], device, limits, gpu=gpu,
+                                pass_fds=(theirs.fileno(),), uid=0, template=True,
+                                env={"KERNELSMITH_FD": str(theirs.fileno()), "KERNELSMITH_DEVICE": device})
+        except OSError:
+            mine.close()
+            _ZYGOTES[key] = None
+            return None
+        finally:
+            theirs.close()
+        mine.settimeout(120)
+        try:
+            ready = json.loads(mine.recv(4096) or b"{}")
+        except (OSError, ValueError):
+            ready = {}
+        mine.settimeout(None)
+        if ready.get("op") != "ready":
+            child.close()
+            mine.close()
+            _ZYGOTES[key] = None
+            return None
+        _ZYGOTES[key] = z = Zygote(child, mine)
+        return z

@@ -467,7 +467,7 @@ def _bounded(msg: dict[str, Any], op: str) -> dict[str, Any]:
     return {"op": op, **data}
 
 
-def _preload(device: str, candidate: bool = False) -> None:
+def _preload(device: str, candidate: bool = False, cuda: bool = True) -> None:
     """What every evaluation needs, done before the first message: a spare sandbox is ready to work at once."""
     import numpy  # noqa: F401
     import torch
@@ -479,7 +479,7 @@ def _preload(device: str, candidate: bool = False) -> None:
     import kernelsmith.referee.compare  # noqa: F401
     import kernelsmith.task  # noqa: F401
 
-    if device == "cuda":
+    if device == "cuda" and cuda:
         torch.cuda.init()
 
 
@@ -840,12 +840,144 @@ def run_candidate() -> int:
     return 0
 
 
+# ============================================================================ the template that forks candidates
+
+
+def run_zygote() -> int:
+    """Import everything a candidate needs once, then fork a walled-in child per `spawn` (nest.py). Runs as root
+    in its own sandbox, referee code only: no candidate code ever runs before its child's privileges are gone."""
+    import signal
+
+    import kernelsmith.referee.audit  # noqa: F401 - what the candidate imports, imported once here
+    import kernelsmith.referee.guards  # noqa: F401
+    import kernelsmith.referee.policy  # noqa: F401
+    import kernelsmith.referee.timing  # noqa: F401
+
+    ctl = _link()
+    device = os.environ["KERNELSMITH_DEVICE"]
+    _preload(device, candidate=True, cuda=False)  # no CUDA context: it does not survive a fork
+    if device == "cpu":
+        try:
+            _warm_triton(device)
+        except Exception:  # noqa: BLE001 - each child warms up itself then
+            pass
+    threads = len(os.listdir("/proc/self/task"))
+    channel.send(ctl, {"op": "ready" if threads == 1 else "unforkable", "threads": threads})
+    if threads != 1:
+        return 4  # forking a threaded process copies locks held by threads that do not exist in the child
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiting parents are reaped by the kernel
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(ctl, channel.MAX_HEADER, 3)
+        except OSError:
+            return 0
+        if not data:
+            return 0
+        try:
+            spec = json.loads(data)
+        except ValueError:
+            spec = {}
+        if spec.get("op") != "spawn" or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            continue
+        if os.fork() == 0:
+            _forked(ctl, spec, *fds)  # never returns
+        for fd in fds:
+            os.close(fd)
+
+
+def _forked(ctl: socket.socket, spec: dict[str, Any], chan: int, log: int, status: int) -> None:
+    """The template's child: new namespaces, then a grandchild (PID 1 of the new PID namespace) that walls itself
+    in and forks the candidate (PID 2); this process waits and writes the exit status for the orchestrator."""
+    import signal
+
+    from kernelsmith.referee import nest
+
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        nest.die_with_parent()
+        os.close(ctl.detach())
+        nest.unshare(nest.NAMESPACES)
+        pid = os.fork()
+    except BaseException:  # noqa: BLE001
+        os._exit(70)
+    if pid == 0:
+        _walled_in(spec, chan, log)
+    os.close(chan)
+    os.close(log)
+    try:
+        _, st = os.waitpid(pid, 0)
+        os.write(status, str(os.waitstatus_to_exitcode(st)).encode())
+    finally:
+        os._exit(0)
+
+
+def _run_script() -> int:
+    """Role `exec` (tests of the boundary itself): run the script the orchestrator sends, unguarded, as an
+    attacker's native code would run."""
+    msg = channel.recv(_link())
+    sys.argv = [str(a) for a in msg.get("argv", ["script"])]
+    try:
+        exec(compile(str(msg.get("source", "")), sys.argv[0], "exec"), {"__name__": "__main__"})  # noqa: S102
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
+def _walled_in(spec: dict[str, Any], chan: int, log: int) -> None:
+    import signal
+
+    from kernelsmith.referee import nest
+
+    code = 71
+    try:
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        nest.wall_in(int(spec["uid"]), int(spec["tmp_mb"]), int(spec["file_mb"]),
+                     int(spec["data_mb"]) if spec.get("data_mb") is not None else None, keep_fds=[chan])
+        pid = os.fork()
+        if pid:  # PID 1 of the namespace, like bubblewrap's init: the candidate is an ordinary process (signals
+            os.close(chan)  # it sends itself are not ignored), and when it ends everything it started ends
+            nest.prctl(nest.PR_SET_DUMPABLE, 0)  # not ptrace-able by the candidate's (same) uid
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+                signal.signal(sig, signal.SIG_IGN)
+            _, st = os.waitpid(pid, 0)
+            status = os.waitstatus_to_exitcode(st)
+            os._exit(128 - status if status < 0 else status)
+        nest.die_with_parent()
+        os.environ["KERNELSMITH_FD"] = str(chan)
+        sock = socket.socket(fileno=chan)
+        sock.sendall(b'{"op": "hello"}')  # the orchestrator learns this process's host pid from the kernel
+        placed = sock.recv(4096)
+        sock.detach()
+        if placed != b'{"op": "placed"}':
+            os._exit(72)
+        code = run_candidate() if spec.get("role", "candidate") == "candidate" else _run_script()
+    except BaseException as exc:  # noqa: BLE001 - no candidate code has run if this is reached before `placed`
+        try:
+            sys.stderr.write(f"kernelsmith: the forked sandbox failed: {type(exc).__name__}: {exc}\n")
+        except Exception:  # noqa: BLE001
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)
+
+
 def main(argv: list[str]) -> int:
     role = argv[1] if len(argv) > 1 else ""
     if role == "judge":
         return run_judge()
     if role == "candidate":
         return run_candidate()
+    if role == "zygote":
+        return run_zygote()
     sys.stderr.write("usage: python -m kernelsmith.referee.worker judge|candidate\n")
     return 2
 
