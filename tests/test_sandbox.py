@@ -300,3 +300,15 @@ def test_forked_sandbox_memory_limit_and_exit_status() -> None:
         child.close()
         sock.close()  # type: ignore[attr-defined]
     assert outcome.signal_name == "SIGSEGV", outcome
+
+
+def test_no_forked_sandboxes_for_cuda_where_a_forked_child_cannot_use_it() -> None:
+    """The template for a GPU proves that a forked child can make a CUDA context before any candidate depends
+    on it; where it cannot (here: no CUDA at all), candidates get sandboxes of their own."""
+    import torch
+
+    if zygote_for("cpu", None, Limits()) is None:
+        pytest.skip("candidates are forked from a template only as root")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: tests/gpu covers the forked path there")
+    assert zygote_for("cuda", None, Limits()) is None

@@ -6,7 +6,7 @@ A candidate's sandbox costs an interpreter, torch, `torch._dynamo` and Triton im
 child per candidate. The child gets what bubblewrap gives a sandbox, from the same kernel interfaces, before
 any candidate code exists in it: its own mount, PID, network, IPC and UTS namespaces (it is PID 1 of its own:
 nothing else is visible, and everything it starts dies with it), fresh sized tmpfs on its work dir, `/tmp` and
-`/dev/shm`, its own `/proc`, an unprivileged uid with no groups, no capabilities (bounding set emptied), no new
+`/dev/shm` (with the template's read-only binds below them put back: a checkout under /tmp), its own `/proc`, an unprivileged uid with no groups, no capabilities (bounding set emptied), no new
 privileges, rlimits, and only its channel and log as open files. Root only: the template needs CAP_SYS_ADMIN
 to make namespaces for others, which an ordinary user's sandbox has only inside a user namespace (there the
 referee starts each candidate with bubblewrap, as before).
@@ -89,15 +89,48 @@ def capabilities() -> dict[str, int]:
     return caps
 
 
+MS_BIND, MS_REMOUNT, MS_RDONLY = 0x1000, 0x20, 0x1
+SCRATCH = ("/job", "/tmp", "/dev/shm")
+
+
+def _mounts_under(dirs: tuple[str, ...]) -> list[str]:
+    """Mount points below `dirs` in this mount namespace (the template's read-only binds of an interpreter or
+    checkout that lives under /tmp, say), parents first. Octal escapes in mountinfo are decoded."""
+    found = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if any(point.startswith(d + "/") for d in dirs):
+                found.append(point)
+    return sorted(set(found), key=lambda p: (p.count("/"), p))
+
+
+def _fresh_scratch(tmp_mb: int) -> None:
+    """New empty tmpfs on the scratch dirs, with the read-only binds the template had below them put back (held
+    by descriptors across the over-mount, bound again from /proc/self/fd)."""
+    held = []
+    for point in _mounts_under(SCRATCH):
+        held.append((point, os.open(point, os.O_PATH | os.O_CLOEXEC), os.path.isdir(point)))
+    size = f"size={tmp_mb << 20},mode=1777"
+    for path in SCRATCH:
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
+    for point, fd, is_dir in held:
+        parent = point if is_dir else os.path.dirname(point)
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+        if not is_dir and not os.path.exists(point):
+            os.close(os.open(point, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o444))
+        mount(f"/proc/self/fd/{fd}", point, None, MS_BIND | MS_REC)
+        mount("none", point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
+
+
 def wall_in(uid: int, tmp_mb: int, file_mb: int, data_mb: int | None, keep_fds: list[int]) -> None:
     """In a freshly forked child of the template, already in new namespaces (`unshare(NAMESPACES)` by its
     parent, of whose PID namespace this is the first process): make its private filesystem and drop to
     `uid` for good. Raises `NestError` if any step fails; afterwards only `keep_fds` (and 0-2) are open."""
     die_with_parent()
     mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates back, or in
-    size = f"size={tmp_mb << 20},mode=1777"
-    for path in ("/job", "/tmp", "/dev/shm"):
-        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, size)
+    _fresh_scratch(tmp_mb)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's only
     os.chdir("/job")
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -843,10 +843,34 @@ def zygote_for(device: str, gpu: int | None, limits: Limits) -> Zygote | None:
         except (OSError, ValueError):
             ready = {}
         mine.settimeout(None)
-        if ready.get("op") != "ready":
-            child.close()
-            mine.close()
+        z = Zygote(child, mine)
+        if ready.get("op") != "ready" or (device == "cuda" and not _forked_cuda_works(z, limits)):
+            z.close()
             _ZYGOTES[key] = None
             return None
-        _ZYGOTES[key] = z = Zygote(child, mine)
+        _ZYGOTES[key] = z
         return z
+
+
+CUDA_CHECK = """import torch
+x = torch.ones(1 << 20, device="cuda")
+assert float(x.sum()) == float(1 << 20)
+"""
+
+
+def _forked_cuda_works(z: Zygote, limits: Limits) -> bool:
+    """CUDA does not survive a fork once the driver is initialised: the template never initialises it, and this
+    proves it on the machine at hand (a forked child makes a context and sums on the device) before any
+    candidate depends on it; if it fails, candidates get sandboxes of their own."""
+    import json
+
+    try:
+        child, sock = z.spawn("cuda", limits, role="exec")
+    except OSError:
+        return False
+    try:
+        sock.sendall(json.dumps({"op": "exec", "argv": ["cuda_check.py"], "source": CUDA_CHECK}).encode())
+        return child.wait(time.monotonic() + 120).returncode == 0
+    finally:
+        child.close()
+        sock.close()

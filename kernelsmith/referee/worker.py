@@ -861,10 +861,13 @@ def run_zygote() -> int:
             _warm_triton(device)
         except Exception:  # noqa: BLE001 - each child warms up itself then
             pass
+    import torch
+
     threads = len(os.listdir("/proc/self/task"))
-    channel.send(ctl, {"op": "ready" if threads == 1 else "unforkable", "threads": threads})
-    if threads != 1:
-        return 4  # forking a threaded process copies locks held by threads that do not exist in the child
+    forkable = threads == 1 and not (device == "cuda" and torch.cuda.is_initialized())
+    channel.send(ctl, {"op": "ready" if forkable else "unforkable", "threads": threads})
+    if not forkable:  # a threaded process's fork copies locks held by threads the child does not have
+        return 4
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiting parents are reaped by the kernel
     while True:
         try:
