@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kernelsmith.settings import check_device
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Evolve faster, verified Triton kernels.")
 err = Console(stderr=True)
@@ -48,9 +50,8 @@ def eval_command(
     from kernelsmith.referee.evaluation import EvalOptions, evaluate
     from kernelsmith.task import Task, TaskError, parse_overrides
 
-    opts = EvalOptions(device=device, policy=policy, timeout_s=timeout, trials=trials, backend=backend)
     try:
-        opts.validate()
+        opts = EvalOptions(device=device, policy=policy, timeout_s=timeout, trials=trials, backend=backend)
         loaded = Task.load(task, parse_overrides(set_), device=device)
         cand = Candidate.from_file(candidate)
     except (TaskError, CandidateError, ValueError) as exc:
@@ -157,8 +158,10 @@ def serve_command(
     """Serve the referee over HTTP: submit evaluations, wait for verdicts (OpenAPI schema at /docs)."""
     import os
 
-    if device not in ("cuda", "cpu"):
-        raise bad_input(f"--device {device!r}: expected cuda or cpu")
+    try:
+        check_device(device, "--device")
+    except ValueError as exc:
+        raise bad_input(str(exc)) from None
     if backend not in ("local", "ray"):
         raise bad_input(f"--backend {backend!r}: expected local or ray")
     token = os.environ.get(token_env) or None

@@ -28,6 +28,7 @@ from typing import Any
 from kernelsmith.backends import BACKEND_NAMES
 from kernelsmith.bench.metrics import by_level, to_csv
 from kernelsmith.bench.tasks import BenchInputError, BenchTask, candidate_for
+from kernelsmith.settings import check_device
 
 NO_CANDIDATE = "no_candidate"
 BAD_CANDIDATE = "bad_candidate"
@@ -62,8 +63,10 @@ class BenchSettings:
     def validate(self) -> None:
         if self.mode not in ("eval", "evolve"):
             raise BenchInputError(f"--mode {self.mode!r}: expected eval or evolve")
-        if self.device not in ("cuda", "cpu"):
-            raise BenchInputError(f"--device {self.device!r}: expected cuda or cpu")
+        try:
+            check_device(self.device, "--device")
+        except ValueError as exc:
+            raise BenchInputError(str(exc)) from None
         if self.backend not in BACKEND_NAMES:
             raise BenchInputError(f"--backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)}")
         if self.mode == "eval" and not self.candidates:

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from kernelsmith.settings import check_device
+
 EXIT_BAD_INPUT = 2
 err = Console(stderr=True)
 out = Console()
@@ -136,8 +138,10 @@ def train_grpo_command(
     from kernelsmith.coach.train import train_grpo
     from kernelsmith.coach.trajectories import CoachError
 
-    if device is not None and device not in ("cuda", "cpu"):
-        raise _bad(f"device {device!r}: expected cuda or cpu")
+    try:
+        check_device(device)
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
     try:
         res = train_grpo(model, data, output_dir, lora=lora, lora_r=lora_r, lora_alpha=lora_alpha,
                          max_steps=max_steps, epochs=epochs, lr=lr, batch_size=batch_size,

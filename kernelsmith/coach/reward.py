@@ -42,7 +42,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +77,9 @@ def reward_for(status: str, speedup: float | None = None, baseline: float | None
 
 
 def _eval_option_names() -> set[str]:
-    from kernelsmith.referee.evaluation import EvalOptions
+    from kernelsmith.settings import EvalSettings
 
-    return {f.name for f in fields(EvalOptions)} - {"limits"}
+    return set(EvalSettings.model_fields)
 
 
 class LocalEvaluator:
@@ -112,7 +111,6 @@ class LocalEvaluator:
         known = _eval_option_names()
         try:
             eo = EvalOptions(**{"warm": self.max_workers, **{k: v for k, v in opts.items() if k in known}})
-            eo.validate()
             task = Task.load(self._task_path(task_source, name), device=eo.device)
             return evaluate(task, Candidate(candidate_source), eo).to_dict()
         except Exception as exc:  # noqa: BLE001 - reported as the evaluator's failure, not the model's

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelsmith.coach.trajectories import CoachError, RunSteps, load_steps
+from kernelsmith.settings import check_device
 from kernelsmith.task import CPU_OVERRIDES_NAME, Task, TaskError, rewrite_constants
 
 ABILITY = "triton-kernel-optimisation"
@@ -79,8 +80,10 @@ def build_rl(run_dirs: list[str | Path], out: str | Path, *, device: str | None 
     """Write the RL prompts of the runs to `out` (JSON Lines, de-duplicated by prompt) and a card; returns stats."""
     from kernelsmith.coach.sft import dataset_card, write_jsonl
 
-    if device is not None and device not in ("cuda", "cpu"):
-        raise CoachError(f"device {device!r}: expected cuda or cpu")
+    try:
+        check_device(device)
+    except ValueError as exc:
+        raise CoachError(str(exc)) from None
     if max_per_task is not None and max_per_task < 1:
         raise CoachError(f"max_per_task {max_per_task}: must be at least 1")
     out = Path(out)

@@ -14,15 +14,16 @@ import secrets
 import socket
 import threading
 import time
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple
 from pathlib import Path
 from typing import Any
 
-from kernelsmith.backends import BACKEND_NAMES, get_backend
+from pydantic import ConfigDict, Field
+
+from kernelsmith.backends import get_backend
 from kernelsmith.candidate import Candidate
 from kernelsmith.referee import channel
 from kernelsmith.referee.lease import LeaseHolder
-from kernelsmith.referee.policy import POLICIES
 from kernelsmith.referee.sandbox import (
     NOBODY,
     Child,
@@ -34,47 +35,34 @@ from kernelsmith.referee.sandbox import (
     zygote_for,
 )
 from kernelsmith.referee.verdict import Finding, Severity, Status, Verdict
+from kernelsmith.settings import DEVICES, EvalSettings
 from kernelsmith.task import Task
 
-DEVICES = ("cuda", "cpu")
+__all__ = ["DEVICES", "EvalOptions", "evaluate"]
 
 
-@dataclass
-class EvalOptions:
-    device: str = "cuda"
-    policy: str = "strict"
-    timeout_s: float = 300.0  # bounds the evaluation, less the waits for sandboxes and for the GPU's timing lease
-    trials: int = 5  # random input sets, plus the task's get_test_inputs() cases
-    test_inputs: bool = True
+class EvalOptions(EvalSettings):
+    """The settings of one evaluation (`kernelsmith.settings.EvalSettings`, what a caller may choose) plus what
+    the pool or the caller's process decides: GPU, timing lease, limits, spares. Validated when made; a bad
+    value is a `ValueError` naming the setting."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, arbitrary_types_allowed=True)
     poison: bool = True
-    tolerance: float | None = None  # overrides the per-dtype default (see compare.py)
-    timing: dict[str, Any] = field(default_factory=dict)  # TimingOptions fields
-    limits: Limits = field(default_factory=Limits)
+    limits: Limits = Field(default_factory=Limits)
     implausible_margin: float = 0.8  # flag cand_ms below this fraction of the memory-bandwidth floor
     max_hidden_work_ms: float = 0.1
-    require_kernel: bool = True  # False only for A/A benchmarks, where the candidate is the reference's code
     gpu: int | None = None  # pin both children to this device index (a worker pool's choice)
     lease: Any = None  # a `GpuLease` shared by the evaluations on that GPU: timing runs alone (pool.py)
-    backend: str = "triton"  # kernelsmith.backends: triton | cuda
-    compile_timeout_s: float = 240.0  # a backend's build step (CUDA: nvcc), within timeout_s
     build_cache_dir: str | None = None  # built extensions by source digest (default ~/.cache/kernelsmith/...)
-    warm: int = 0  # sandboxes kept started ahead for later evaluations like this one (a pool's concurrency)
+    warm: int = Field(0, ge=0)  # sandboxes kept started ahead for later evaluations like this one
 
-    def validate(self) -> None:
-        import math
+    def validate(self) -> None:  # type: ignore[override]
+        """Check the current values again (fields may have been set after construction)."""
+        type(self).model_validate(self.model_dump())
 
-        if not (isinstance(self.timeout_s, (int, float)) and math.isfinite(self.timeout_s) and self.timeout_s > 0):
-            raise ValueError(f"timeout {self.timeout_s}: must be a positive, finite number of seconds")
-        if self.device not in DEVICES:
-            raise ValueError(f"device {self.device!r}: expected one of {', '.join(DEVICES)}")
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy {self.policy!r}: expected one of {', '.join(POLICIES)}")
-        if self.trials < 1:
-            raise ValueError(f"trials {self.trials}: need at least 1")
-        if self.backend not in BACKEND_NAMES:
-            raise ValueError(f"backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout {self.timeout_s}: must be positive")
+    @classmethod
+    def of(cls, settings: EvalSettings, **placement: Any) -> EvalOptions:
+        return cls(**settings.model_dump(), **placement)
 
 
 class _Ruling:

@@ -1,7 +1,7 @@
 """A machine's evaluation capacity: requests spread over its GPUs, with one timing lease per GPU.
 
-A request is a plain dict (it crosses HTTP and Ray unchanged):
-`{"task_source", "task_name", "candidate_source", "options": {EvalOptions fields}, "overrides": {NAME: value}}`.
+A request is an `EvalRequest` (kernelsmith.settings), or its dict form as it crosses HTTP and Ray:
+`{"task_source", "task_name", "candidate_source", "options": {EvalSettings fields}, "overrides": {NAME: value}}`.
 `LocalPool.run(request)` evaluates it on the least busy GPU (or on the CPU) and returns the verdict as a dict.
 Each evaluation still runs in fresh child processes (see evaluation.py): that is what makes the referee
 hard to game, so the pool's gain is concurrency — compilation, reference runs and correctness trials of
@@ -13,15 +13,14 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from kernelsmith.referee.lease import GpuLease
+from kernelsmith.settings import EvalRequest, EvalSettings, SettingsError
 
-# The options a request may set; the rest (leases, GPU choice, debug dirs) belong to the pool.
-REQUEST_OPTIONS = {"device", "policy", "timeout_s", "trials", "test_inputs", "tolerance", "timing",
-                   "require_kernel", "backend", "compile_timeout_s"}
+# The options a request may set (kernelsmith.settings.EvalSettings); the rest (GPU, lease, spares) is the pool's.
+REQUEST_OPTIONS = set(EvalSettings.model_fields)
 
 
 class RequestError(ValueError):
@@ -29,22 +28,21 @@ class RequestError(ValueError):
 
 
 def options_from(request: dict[str, Any], device: str) -> Any:
+    """The request's settings (validated by the one settings model) as this pool's `EvalOptions`."""
     from kernelsmith.referee.evaluation import EvalOptions
 
     given = dict(request.get("options") or {})
     unknown = sorted(set(given) - REQUEST_OPTIONS)
     if unknown:
-        known = sorted(f.name for f in fields(EvalOptions) if f.name in REQUEST_OPTIONS)
-        raise RequestError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        raise RequestError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(REQUEST_OPTIONS))}")
     given.setdefault("device", device)
-    if given["device"] != device:
-        raise RequestError(f"option device={given['device']!r}, but this pool evaluates on {device!r}")
-    opts = EvalOptions(**given)
     try:
-        opts.validate()
-    except ValueError as exc:
+        settings = EvalSettings(**given)
+    except SettingsError as exc:
         raise RequestError(str(exc)) from None
-    return opts
+    if settings.device != device:
+        raise RequestError(f"option device={settings.device!r}, but this pool evaluates on {device!r}")
+    return EvalOptions.of(settings)
 
 
 def load_task(request: dict[str, Any], device: str) -> Any:
@@ -111,11 +109,13 @@ class LocalPool:
             self._busy[gpu] += 1
             return gpu
 
-    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+    def run(self, request: EvalRequest | dict[str, Any]) -> dict[str, Any]:
         """Evaluate one request. A bad request comes back as `{"status": "bad_request", "error": ...}`."""
         from kernelsmith.candidate import Candidate
         from kernelsmith.referee.evaluation import evaluate
 
+        if isinstance(request, EvalRequest):
+            request = request.to_dict()
         try:
             opts, task = parse_request(request, self.device)
         except RequestError as exc:
@@ -136,7 +136,7 @@ class LocalPool:
             verdict["gpu"] = gpu
         return verdict
 
-    def evaluate_many(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def evaluate_many(self, requests: list[EvalRequest | dict[str, Any]]) -> list[dict[str, Any]]:
         """All requests, `capacity` at a time; verdicts in request order."""
         from concurrent.futures import ThreadPoolExecutor
 
