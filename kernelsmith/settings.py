@@ -101,6 +101,6 @@ def describe(exc: ValidationError, known: Any = (), origin: str = "") -> str:
         if err["type"] == "extra_forbidden":
             msg = "unknown setting" + (f" (known: {', '.join(sorted(known))})" if known else "")
         elif value is None or isinstance(value, (str, int, float, bool)):
-            where = f"{where} {str(value)[:80]!r}"  # the value given, as the user typed it
+            where = f"{where} {value[:80]!r}" if isinstance(value, str) else f"{where} {value}"  # as given
         lines.append(f"{origin + ': ' if origin else ''}{where}: {msg}")
     return "; ".join(lines)

@@ -55,6 +55,23 @@ def main() -> None:
     seen["stop_ppid"] = attempt(lambda: os.kill(os.getppid(), signal.SIGSTOP))
     seen["kill_all"] = attempt(lambda: os.kill(-1, 0))
     seen["ptrace_devices"] = sorted(os.listdir("/dev"))
+    seen["pts"] = sorted(os.listdir("/dev/pts")) if os.path.isdir("/dev/pts") else []
+    # Kernel state outside the namespaces (red team, 2026-12-03): the keyrings are per uid, shared by every
+    # sandbox of that uid; a new user namespace would give back capabilities; io_uring is attack surface.
+    import ctypes
+    import platform
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def syscall(*args: int) -> str:
+        rc = libc.syscall(*[ctypes.c_long(a) for a in args])
+        return "ok" if rc >= 0 else f"refused {os.strerror(ctypes.get_errno())}"
+
+    if platform.machine() == "x86_64":
+        seen["keyctl"] = syscall(250, 0, -4, 0)  # KEYCTL_GET_KEYRING_ID of @u (-4)
+        seen["add_key"] = syscall(248, 0, 0, 0, 0, -4)
+        seen["unshare_user"] = syscall(272, 0x10000000)
+        seen["io_uring"] = syscall(425, 1, 0)
     # A daemon that tries to outlive the sandbox: it writes its pid to the marker dir after 1 s if it can.
     pid = os.fork()
     if pid == 0:

@@ -162,6 +162,9 @@ def _jobs(gen: Path) -> list[Job]:
         Job("hole_forge_results", "hole_forge_results.py"),
         Job("hole_numpy", "hole_numpy.py"),
         Job("hole_precompute", "hole_precompute.py"),
+        Job("hole_forged_report", "hole_forged_report.py"),
+        Job("hole_json_bomb", "hole_json_bomb.py"),
+        Job("hole_shape_overflow", "hole_shape_overflow.py"),
         Job("write_outside", from_template("adv_write_outside_template.py", "__TARGET__",
                                            str(gen / "overwritten.txt"), gen / "write_outside.py")),
         Job("hole_escape", from_template("hole_escape_template.py", "__MARKER__", str(gen / "escaped.pid"),
@@ -264,6 +267,10 @@ CAUGHT = [
     ("hole_forge_results", {Status.REJECTED}, ["referee_access"]),  # reading job.json, writing phase1.json
     ("hole_precompute", {Status.REJECTED}, ["referee_access"]),  # seeds from job.json in __init__
     ("hole_escape", {Status.REJECTED}, ["native_access"]),  # libc fork() through ctypes at import
+    # Attacks on the judge's channel (red team, 2026-12-03): forged answers, malformed messages.
+    ("hole_forged_report", {Status.REJECTED}, ["protocol_violation"]),
+    ("hole_json_bomb", {Status.REJECTED}, ["protocol_violation"]),
+    ("hole_shape_overflow", {Status.REJECTED, Status.INCORRECT}, []),
     # Overwriting a file outside its work dir: refused by the audit hook, or absent from the sandbox's view.
     ("write_outside", {Status.REJECTED, Status.RUNTIME_ERROR}, []),
     *[(f"attack_{name}", statuses, guards) for name, (_, _, statuses, guards) in ATTACKS.items()],
@@ -506,3 +513,34 @@ def test_every_verdict_says_how_it_was_isolated(pool: EvalPool) -> None:
     assert v.sandbox["isolation"] == "bwrap" and v.sandbox["uid"] == NOBODY and v.sandbox["network"] == "isolated"
     assert v.sandbox["memory_limit"] in ("cgroup-v2", "cgroup-v1", "rlimit-data")
     assert v.sandbox["visible_processes"] <= 3
+
+
+@pytest.mark.uses("hole_forged_report", "hole_json_bomb", "hole_shape_overflow")
+def test_attacks_on_the_channel_are_the_candidates_fault_and_leave_the_judge_clean(pool: EvalPool) -> None:
+    """A malformed or forged message is never blamed on the task, and a kept judge holds nothing of it after."""
+    from kernelsmith.referee.evaluation import standing_sandboxes
+
+    for case in ("hole_forged_report", "hole_json_bomb", "hole_shape_overflow"):
+        v = pool.verdict(case)
+        assert "task's reference" not in v.error, (case, v.error)
+    held = []
+    for root in standing_sandboxes():
+        for pid in _family(root):
+            try:
+                held += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            except OSError:
+                continue
+    assert not [h for h in held if "leaked-into-judge" in h], held
+
+
+def _family(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
+        except OSError:
+            pass
+    return out

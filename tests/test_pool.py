@@ -64,7 +64,7 @@ def test_local_pool_runs_requests_concurrently_in_order() -> None:
     pool = LocalPool("cpu", cpu_slots=2)
     verdicts = pool.evaluate_many(_requests())
     assert [v["status"] for v in verdicts] == EXPECTED
-    assert verdicts[3]["error"].startswith("trials: ") and "greater than or equal to 1" in verdicts[3]["error"]
+    assert "trials 0" in verdicts[3]["error"]
     assert pool.stats()["completed"] == 3  # the bad request never reached the referee
 
 

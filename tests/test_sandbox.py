@@ -130,6 +130,18 @@ def test_no_network_and_no_way_into_the_hosts(probed: tuple[dict, Path]) -> None
     assert not [d for d in seen["ptrace_devices"] if d.startswith(("nvidia", "sd", "nvme", "mem", "kmsg"))]
 
 
+def test_no_kernel_keyring_user_namespace_or_io_uring(probed: tuple[dict, Path]) -> None:
+    """Red team, 2026-12-03: the uid's kernel keyring carried data from one candidate to the next (and to the
+    host's `nobody`); a seccomp filter now refuses the keyring calls, new user namespaces and io_uring."""
+    import platform
+
+    seen, _ = probed
+    if platform.machine() != "x86_64":
+        pytest.skip("the seccomp filter is written for x86_64")
+    for call in ("keyctl", "add_key", "unshare_user", "io_uring"):
+        assert seen[call].startswith("refused"), (call, seen[call])
+
+
 def test_no_process_outlives_the_sandbox(probed: tuple[dict, Path]) -> None:
     """A double-forked, setsid daemon dies with the sandbox (the PID namespace ends with its first process)."""
     _, marker = probed
@@ -312,3 +324,51 @@ def test_no_forked_sandboxes_for_cuda_where_a_forked_child_cannot_use_it() -> No
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: tests/gpu covers the forked path there")
     assert zygote_for("cuda", None, Limits()) is None
+
+
+def test_forked_sandboxes_do_not_share_terminals_and_reap_orphans() -> None:
+    """Red team, 2026-12-03: sibling candidates shared the template's /dev/pts (one wrote into the other's
+    terminal), and orphans piled up as zombies (PID 1 reaped only the candidate)."""
+    holder, s1 = _run_forked("import os, time\nfd = os.open('/dev/ptmx', os.O_RDWR)\nos.grantpt = None\n"
+                             "time.sleep(30)\n")
+    looker, s2 = _run_forked(
+        "import os, time\n"
+        "for _ in range(50):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(0.2)\n"
+        "            os._exit(0)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)  # its own children it reaps; their orphans are PID 1's\n"
+        "time.sleep(1.5)\n"
+        "states = [open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0] for p in os.listdir('/proc')"
+        " if p.isdigit()]\n"
+        "print('PTS', sorted(os.listdir('/dev/pts')), 'ZOMBIES', states.count('Z'), flush=True)\n")
+    try:
+        outcome = looker.wait(time.monotonic() + 60)
+        log = looker.log()
+    finally:
+        for child, sock in ((holder, s1), (looker, s2)):
+            child.close()
+            sock.close()  # type: ignore[attr-defined]
+    assert outcome.returncode == 0, log
+    assert "PTS ['ptmx'] ZOMBIES 0" in log, log
+
+
+def test_a_sandbox_outlives_the_thread_that_started_it() -> None:
+    """Red team, 2026-12-03: a child dies with the *thread* that started it (PR_SET_PDEATHSIG), so a template or a
+    kept judge started by an evaluation's thread died when that thread ended, killing other evaluations'
+    candidates. Every sandbox is now started by one long-lived launcher thread."""
+    import threading
+
+    started: list[Child] = []
+    t = threading.Thread(target=lambda: started.append(Child.start(["-c", "import time; time.sleep(30)"], "cpu",
+                                                                   Limits())))
+    t.start()
+    t.join()
+    try:
+        time.sleep(1.0)
+        assert started[0].proc.poll() is None, started[0].log()
+    finally:
+        started[0].close()

@@ -30,6 +30,7 @@ import torch
 
 MAX_HEADER = 1 << 20  # bytes of JSON in one packet
 MAX_TENSORS = 4096
+MAX_DIM = 1 << 40  # elements in one dimension, and in one tensor
 ALIGN = 64
 POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # fault a message's pages in at once, not one by one
 ARENA_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
@@ -160,9 +161,11 @@ def _places(layout: list[Any], size: int) -> list[tuple[torch.dtype, list[int], 
         if dtype is None:
             raise ChannelError(f"tensor dtype {place.get('dtype')!r} is not allowed")
         if (not isinstance(shape, list) or len(shape) > 16
-                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
+                or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_DIM for s in shape)):
             raise ChannelError("malformed tensor shape")
         count = math.prod(shape)
+        if count > MAX_DIM:
+            raise ChannelError("tensor shape too large")
         if (not isinstance(offset, int) or not isinstance(nbytes, int) or offset < 0 or offset % ALIGN
                 or nbytes != count * torch.empty((), dtype=dtype).element_size() or offset + nbytes > size):
             raise ChannelError("tensor layout does not match its memory")
@@ -278,7 +281,10 @@ class _Inbound:
         if seals & ARENA_SEALS != ARENA_SEALS:
             raise ChannelError("tensor memory is not sealed against resizing")
         self.size = st.st_size
-        self.mm = mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ) if self.size else None
+        try:
+            self.mm = mmap.mmap(fd, self.size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ) if self.size else None
+        except (OSError, ValueError, OverflowError) as exc:  # a write-only descriptor, an absurd size
+            raise ChannelError(f"tensor memory cannot be mapped: {exc}") from None
         self.pinned = 0
         self.pin_tried = not pin
 
@@ -355,8 +361,19 @@ class Link:
         except (BrokenPipeError, ConnectionResetError) as exc:
             raise PeerGone(str(exc)) from exc
 
+    def pending(self) -> bool:
+        """A message is waiting that nobody asked for yet (the protocol is one request, one answer)."""
+        try:
+            return bool(self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return False
+
     def recv(self, timeout: float | None = None) -> Message:
         msg = recv(self.sock, timeout)
+        if msg.fd is not None and msg.get("arena") is not True:
+            msg.close()  # the only descriptor a peer may send is its arena
         if msg.get("arena") is True and msg.fd is not None:
             fd, msg.fd = msg.fd, None
             try:
@@ -394,7 +411,7 @@ def recv(sock: socket.socket, timeout: float | None = None) -> Message:
         raise ChannelError("oversized message")
     try:
         header = json.loads(data)
-    except ValueError as exc:
+    except Exception as exc:  # noqa: BLE001 - a ValueError, or a RecursionError for deeply nested input
         for fd in fds:
             os.close(fd)
         raise ChannelError("message is not JSON") from exc

@@ -30,6 +30,7 @@ CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 NAMESPACES = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS
 
 _libc: Any = ctypes.CDLL(None, use_errno=True)
@@ -76,6 +77,74 @@ def clear_capabilities() -> None:
     header = _CapHeader(0x20080522, 0)
     data = (_CapData * 2)()
     _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+# ------------------------------------------------------------------------------------------------ seccomp
+# System calls no kernel candidate or task needs, that reach state outside the sandbox's namespaces (the
+# kernel keyrings are per uid, shared by every sandbox of that uid), add attack surface (io_uring, bpf,
+# userfaultfd, perf) or build new namespaces (a user namespace regains capabilities inside it). x86_64 only:
+# elsewhere `seccomp_program()` returns None and the verdict's sandbox says `seccomp: none`.
+AUDIT_ARCH_X86_64 = 0xC000003E
+X86_64_DENY = {
+    101: "ptrace", 103: "syslog", 155: "pivot_root", 163: "acct", 165: "mount", 166: "umount2", 167: "swapon",
+    168: "swapoff", 169: "reboot", 175: "init_module", 176: "delete_module", 246: "kexec_load", 248: "add_key",
+    249: "request_key", 250: "keyctl", 298: "perf_event_open", 303: "name_to_handle_at",
+    304: "open_by_handle_at", 308: "setns", 313: "finit_module", 320: "kexec_file_load", 321: "bpf",
+    323: "userfaultfd", 425: "io_uring_setup", 426: "io_uring_enter", 427: "io_uring_register",
+}
+X86_64_CLONE, X86_64_UNSHARE, X86_64_CLONE3 = 56, 272, 435
+CLONE_NEWUSER = 0x10000000
+_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+X32_BIT = 0x40000000
+_ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
+
+
+def seccomp_program() -> bytes | None:
+    """The filter as a raw cBPF program (struct sock_filter[], the form bubblewrap's --seccomp reads)."""
+    import platform
+    import struct
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    ins: list[tuple[int, int, int, int]] = []
+
+    def emit(code: int, k: int, jt: int = 0, jf: int = 0) -> None:
+        ins.append((code, jt, jf, k))
+
+    eperm, enosys = _ERRNO | 1, _ERRNO | 38
+    emit(_LD_W_ABS, 4)  # seccomp_data.arch
+    emit(_JEQ_K, AUDIT_ARCH_X86_64, 1, 0)
+    emit(_RET_K, _ALLOW)  # another ABI (x32 and i386 are not reached by our interpreters)
+    emit(_LD_W_ABS, 0)  # seccomp_data.nr
+    emit(_JGE_K, X32_BIT, 0, 1)
+    emit(_RET_K, eperm)  # the x32 ABI shares this arch tag: its numbers would slip past the list below
+    for nr in sorted(X86_64_DENY):
+        emit(_JEQ_K, nr, 0, 1)
+        emit(_RET_K, eperm)
+    emit(_JEQ_K, X86_64_CLONE3, 0, 1)
+    emit(_RET_K, enosys)  # its flags are in memory, out of a filter's reach: libc falls back to clone
+    emit(_JEQ_K, X86_64_CLONE, 1, 0)
+    emit(_JEQ_K, X86_64_UNSHARE, 0, 3)
+    emit(_LD_W_ABS, 16)  # args[0], low word: the clone/unshare flags
+    emit(_JSET_K, CLONE_NEWUSER, 0, 1)
+    emit(_RET_K, eperm)
+    emit(_RET_K, _ALLOW)
+    return b"".join(struct.pack("<HBBI", code, jt, jf, k) for code, jt, jf, k in ins)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install_seccomp() -> bool:
+    """Load the filter into this process (needs no_new_privs first); False where there is none for this ABI."""
+    prog = seccomp_program()
+    if prog is None:
+        return False
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _check(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog)), "prctl(SECCOMP)")
+    return True
 
 
 def capabilities() -> dict[str, int]:
@@ -132,6 +201,10 @@ def wall_in(uid: int, tmp_mb: int, file_mb: int, data_mb: int | None, keep_fds: 
     mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates back, or in
     _fresh_scratch(tmp_mb)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's only
+    if os.path.isdir("/dev/pts"):  # its own pseudo-terminals: the template's are every sibling's too
+        mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+        if os.path.exists("/dev/ptmx") and not os.path.islink("/dev/ptmx"):
+            mount("/dev/pts/ptmx", "/dev/ptmx", None, MS_BIND)
     os.chdir("/job")
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
@@ -152,6 +225,7 @@ def wall_in(uid: int, tmp_mb: int, file_mb: int, data_mb: int | None, keep_fds: 
     os.setresuid(uid, uid, uid)
     clear_capabilities()
     _check(prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(NO_NEW_PRIVS)")
+    install_seccomp()
     left = capabilities()
     if any(left.get(k, 1) for k in ("CapPrm", "CapEff", "CapBnd", "CapAmb", "CapInh")) or os.getuid() != uid:
         raise NestError(1, f"privileges left after the drop: {left}, uid {os.getuid()}")

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import kernelsmith
+from kernelsmith.referee.nest import seccomp_program
 
 PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH",
             "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH",
@@ -42,6 +43,7 @@ PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 PR_SET_PDEATHSIG = 1
 NOBODY = 65534
+PIDS_MAX = 1024  # processes and threads in one sandbox, where the cgroup has the pids controller (v2)
 JOB = "/job"  # the work dir inside the sandbox
 SANDBOX_ENV = "KERNELSMITH_SANDBOX"  # "none" forces the unisolated fallback (debugging; verdicts say so)
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
@@ -286,6 +288,8 @@ class MemoryCgroup:
                 if version == 2:
                     (path / "memory.max").write_text(str(limit_bytes))
                     (path / "memory.swap.max").write_text("0") if (path / "memory.swap.max").exists() else None
+                    if (path / "pids.max").exists():  # a fork bomb ends here, not at the host's pid_max
+                        (path / "pids.max").write_text(str(PIDS_MAX))
                 else:
                     (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
                 return cls(path, version)
@@ -433,6 +437,23 @@ class LogDrain:
 # ------------------------------------------------------------------------------------------ a child
 
 
+_LAUNCHER: Any = None
+_LAUNCHER_LOCK = threading.Lock()
+
+
+def _launch(fn: Any, *args: Any) -> Any:
+    """Run `fn(*args)` in the launcher thread (created once, idle between calls, alive until exit)."""
+    global _LAUNCHER
+    from concurrent.futures import ThreadPoolExecutor
+
+    if threading.current_thread().name.startswith("kernelsmith-launcher"):
+        return fn(*args)
+    with _LAUNCHER_LOCK:
+        if _LAUNCHER is None:
+            _LAUNCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernelsmith-launcher")
+    return _LAUNCHER.submit(fn, *args).result()
+
+
 @dataclass
 class ChildOutcome:
     returncode: int | None
@@ -482,10 +503,19 @@ class Child:
         `ro_files` maps names in the work dir to host files (bound read-only); `rw_dir`, if given, is a host dir
         bound as the work dir (a builder's outputs), else a private tmpfs; `pass_fds` keep their numbers.
         `template` (root only): the sandbox keeps root and CAP_SYS_ADMIN/SETPCAP so that it can fork walled-in
-        children (`Zygote`); it runs referee code only."""
+        children (`Zygote`); it runs referee code only. Started from the referee's one long-lived launcher
+        thread: a child dies with the thread that started it (PR_SET_PDEATHSIG), and a kept judge or a
+        template outlives the evaluation (and the thread) that first needed it."""
+        return _launch(cls._start, argv, device, limits, gpu, pass_fds, ro_files, rw_dir, uid, env, template)
+
+    @classmethod
+    def _start(cls, argv: list[str], device: str, limits: Limits, gpu: int | None, pass_fds: tuple[int, ...],
+               ro_files: dict[str, str] | None, rw_dir: Path | None, uid: int, env: dict[str, str] | None,
+               template: bool) -> Child:
         bwrap, why = isolation()
         home = JOB if bwrap else None
         host_dir = None
+        seccomp_fd: int | None = None
         if bwrap is None:
             host_dir = rw_dir or Path(tempfile.mkdtemp(prefix="kernelsmith-child-"))
             home = str(host_dir)
@@ -513,6 +543,12 @@ class Child:
             for name, src in (ro_files or {}).items():
                 args += ["--ro-bind", src, f"{JOB}/{name}"]
             args += ["--hostname", "sandbox", "--chdir", JOB]
+            if not template and (program := seccomp_program()) is not None:
+                seccomp_fd = os.memfd_create("kernelsmith-seccomp", 0)  # inherited by bwrap, read at its start
+                os.write(seccomp_fd, program)
+                os.lseek(seccomp_fd, 0, os.SEEK_SET)
+                pass_fds = (*pass_fds, seccomp_fd)
+                args += ["--seccomp", str(seccomp_fd)]
             setpriv = _setpriv()
             if template:
                 if not setpriv:
@@ -540,11 +576,14 @@ class Child:
             raise
         finally:
             os.close(write_fd)
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         info = {"isolation": "bwrap" if bwrap else "none",
                 "host_uid": (0 if template else uid if _setpriv() else os.geteuid()) if bwrap else os.geteuid(),
                 "memory_limit": (f"cgroup-v{cgroup.version}" if cgroup
                                  else "rlimit-data" if bwrap and device == "cpu" else "polled"),
-                "limit_mb": limits.memory_mb}
+                "limit_mb": limits.memory_mb,
+                "seccomp": "filter" if bwrap and not template and seccomp_program() is not None else "none"}
         if not bwrap:
             info["why"] = why
         return cls(proc, limits, LogDrain(read_fd, limits.log_kb << 10), info, cgroup, host_dir)
@@ -777,6 +816,7 @@ class Zygote:
             mine.settimeout(None)
             mine.sendall(b'{"op": "placed"}')
             info = {"isolation": "bwrap", "started": "forked", "host_uid": uid,
+                    "seccomp": "filter" if seccomp_program() is not None else "none",
                     "memory_limit": f"cgroup-v{cgroup.version}" if cgroup else "rlimit-data" if device == "cpu"
                     else "polled", "limit_mb": limits.memory_mb}
             child = ForkedChild(_ForkedProcess(pid, pidfd, status_r), limits,  # type: ignore[arg-type]

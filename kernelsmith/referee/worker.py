@@ -242,11 +242,20 @@ class Judge:
             reply.close()
             raise CandidateFault({"op": "violation", "message": f"answered {str(reply.get('op'))[:40]!r} "
                                   f"to {header['op']!r} {header.get('case', '')}"})
+        if self.link.pending():  # a second answer queued behind the first: someone else is talking
+            reply.close()
+            raise CandidateFault({"op": "violation", "message": f"sent a message nobody asked for after its "
+                                  f"answer to {header['op']!r} {header.get('case', '')}"})
         return reply
 
     def ask(self, header: dict[str, Any], values: list[Any] | None = None, expect: str = "") -> channel.Message:
         self.request(header, values)
         return self.answer(header, expect)
+
+    def sync(self) -> None:
+        """One more round trip before a fact is told: an answer the candidate's own runner sent after a forged
+        one (code in its process that spoke out of turn) arrives before `synced` and ends it as a violation."""
+        self.ask({"op": "sync"}, expect="synced").close()
 
     def run(self, task: Any) -> None:
         """One evaluation, up to its last fact. On a GPU, after a passed check, the orchestrator decides whether
@@ -272,6 +281,8 @@ class Judge:
                 torch.cuda.empty_cache()
             self.tell("checked", **result, spent={k: round(v, 3) for k, v in self.spent.items()})
             report = self.ask({"op": "report"}, expect="report")
+            report.close()
+            self.sync()
             self.tell("candidate_report", report=_bounded(report, "report"))
             if self.device == "cuda" and result["ok"]:
                 msg = channel.recv(self.ctl)
@@ -309,6 +320,9 @@ class Judge:
             values = reply.values(self.device, max_bytes=2 * (_nbytes(ref) + in_bytes) + (1 << 20))
         except channel.ChannelError as exc:
             return {"ok": False, "finding": "output_structure", "message": f"{run_name}: {exc}"}
+        except Exception as exc:  # noqa: BLE001 - whatever the candidate's message makes torch do: its fault
+            raise CandidateFault({"op": "violation", "message": f"{run_name}: undecodable answer: "
+                                  f"{type(exc).__name__}: {str(exc)[:200]}"}) from None
         finally:
             reply.close()
         clock("receive")
@@ -425,6 +439,7 @@ class Judge:
                     model(*inputs)
                 torch.cuda.synchronize()
             bound["ref_wall_ms"] = (time.perf_counter() - t0) * 1e3
+        self.sync()
         self.tell("timed", claim=claim, check=check_result, bound=bound)
 
 
@@ -672,6 +687,8 @@ class CandidateRunner:
                     self.time(msg)
                 elif op == "bound":
                     self.bound(int(msg.get("k", 1)))
+                elif op == "sync":
+                    self.link.send({"op": "synced"})
             finally:
                 msg.close()
 
@@ -947,9 +964,11 @@ def _walled_in(spec: dict[str, Any], chan: int, log: int) -> None:
             nest.prctl(nest.PR_SET_DUMPABLE, 0)  # not ptrace-able by the candidate's (same) uid
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
                 signal.signal(sig, signal.SIG_IGN)
-            _, st = os.waitpid(pid, 0)
-            status = os.waitstatus_to_exitcode(st)
-            os._exit(128 - status if status < 0 else status)
+            while True:  # reaps every orphan of the namespace, not only the candidate: no zombie heap
+                got, st = os.waitpid(-1, 0)
+                if got == pid:
+                    status = os.waitstatus_to_exitcode(st)
+                    os._exit(128 - status if status < 0 else status)
         nest.die_with_parent()
         os.environ["KERNELSMITH_FD"] = str(chan)
         sock = socket.socket(fileno=chan)
