@@ -28,7 +28,7 @@ from typing import Any
 from kernelsmith.backends import BACKEND_NAMES
 from kernelsmith.bench.metrics import by_level, to_csv
 from kernelsmith.bench.tasks import BenchInputError, BenchTask, candidate_for
-from kernelsmith.settings import check_device
+from kernelsmith.settings import EvalSettings, SettingsError, check_device
 
 NO_CANDIDATE = "no_candidate"
 BAD_CANDIDATE = "bad_candidate"
@@ -69,6 +69,10 @@ class BenchSettings:
             raise BenchInputError(str(exc)) from None
         if self.backend not in BACKEND_NAMES:
             raise BenchInputError(f"--backend {self.backend!r}: expected one of {', '.join(BACKEND_NAMES)}")
+        try:
+            self.eval_settings()
+        except SettingsError as exc:
+            raise BenchInputError(str(exc)) from None
         if self.mode == "eval" and not self.candidates:
             raise BenchInputError("--mode eval needs --candidates DIR (a folder of ModelNew files named like the "
                                   "tasks, e.g. solutions/)")
@@ -76,6 +80,10 @@ class BenchSettings:
             raise BenchInputError(f"{self.candidates}: --candidates is not a directory")
         if self.config and not Path(self.config).is_file():
             raise BenchInputError(f"{self.config}: --config file not found")
+
+    def eval_settings(self) -> EvalSettings:
+        return EvalSettings(device=self.device, policy=self.policy, timeout_s=self.timeout_s, trials=self.trials,
+                            backend=self.backend)
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a bench and its resumption (results would not be comparable)."""
@@ -144,13 +152,24 @@ def open_out(out: Path, settings: BenchSettings) -> ResultLog:
     return ResultLog(out / "results.jsonl")
 
 
+def _pool(s: BenchSettings) -> Any:
+    """The pool every judged candidate of a bench goes through: one evaluation at a time (comparable wall
+    times), two sandboxes of each kind started ahead."""
+    from kernelsmith.referee.pool import LocalPool, RequestError
+
+    try:
+        return LocalPool(s.device, slots_per_gpu=1, cpu_slots=1, warm=2)
+    except RequestError as exc:
+        raise BenchInputError(str(exc)) from None
+
+
 def _first_line(text: str | None) -> str:
     return (text or "").strip().splitlines()[0][:300] if (text or "").strip() else ""
 
 
-def _eval_task(t: BenchTask, s: BenchSettings) -> dict[str, Any]:
+def _eval_task(t: BenchTask, s: BenchSettings, pool: Any) -> dict[str, Any]:
     from kernelsmith.candidate import Candidate, CandidateError
-    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+    from kernelsmith.settings import EvalRequest
 
     root = Path(s.candidates or ".")
     path = candidate_for(t, root)
@@ -160,8 +179,8 @@ def _eval_task(t: BenchTask, s: BenchSettings) -> dict[str, Any]:
         cand = Candidate.from_file(path)
     except CandidateError as exc:
         return {"status": BAD_CANDIDATE, "error": _first_line(str(exc)), "candidate": str(path)}
-    v = evaluate(t.task, cand, EvalOptions(device=s.device, policy=s.policy, timeout_s=s.timeout_s,
-                                           trials=s.trials, backend=s.backend, warm=2)).to_dict()
+    v = pool.run(EvalRequest(task_source=t.task.source, task_name=t.task.name, candidate_source=cand.source,
+                             options=s.eval_settings()))
     return {"status": v["status"], "speedup": v.get("speedup"), "speedup_ci": v.get("speedup_ci"),
             "ref_ms": v.get("ref_ms"), "cand_ms": v.get("cand_ms"), "error": _first_line(v.get("error")),
             "guards": [g["name"] for g in v.get("guards") or []], "candidate": str(path),
@@ -206,16 +225,16 @@ def _against_compile(t: BenchTask, s: BenchSettings, row: dict[str, Any]) -> Non
         row["speedup_vs_compile"] = sp / ratio
 
 
-def run_task(t: BenchTask, s: BenchSettings, out: Path, display: Any = None) -> dict[str, Any]:
+def run_task(t: BenchTask, s: BenchSettings, out: Path, display: Any = None, pool: Any = None) -> dict[str, Any]:
     """One task's row (never raises for a problem of the candidate or the evolution; KeyboardInterrupt and the
-    workshop's configuration errors propagate)."""
+    workshop's configuration errors propagate). Eval mode judges through `pool` (a `LocalPool`)."""
     from kernelsmith.workshop.config import ConfigError
     from kernelsmith.workshop.proposers import ProposerUnavailable
 
     started = time.monotonic()
     row: dict[str, Any] = {"task": t.key, "level": t.level, "path": str(t.path)}
     try:
-        row.update(_eval_task(t, s) if s.mode == "eval" else _evolve_task(t, s, out, display))
+        row.update(_eval_task(t, s, pool or _pool(s)) if s.mode == "eval" else _evolve_task(t, s, out, display))
     except (ConfigError, ProposerUnavailable) as exc:  # the same for every task: stop the bench
         raise BenchInputError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - recorded, retried on resume; the next task still runs
@@ -238,6 +257,7 @@ def run_bench(tasks: list[BenchTask], s: BenchSettings, out: Path, *,
     writes the metrics files. `on_done(task, row, skipped)`; `display` goes to the workshop's `evolve`."""
     s.validate()
     log = open_out(out, s)
+    pool = _pool(s) if s.mode == "eval" else None
     rows = []
     for t in tasks:
         if log.done(t.key):
@@ -247,7 +267,7 @@ def run_bench(tasks: list[BenchTask], s: BenchSettings, out: Path, *,
         else:
             if on_start:
                 on_start(t)
-            row = run_task(t, s, out, display)
+            row = run_task(t, s, out, display, pool)
             log.add(row)
             if on_done:
                 on_done(t, row, False)

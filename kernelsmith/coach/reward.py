@@ -23,8 +23,8 @@ is unknown but the parent is a Triton program (no honest baseline).
 Batches: the completions of one call are parsed here and judged together through a pluggable evaluator —
 `Callable[[list[tuple[task_source, candidate_source, options]]], list[verdict dict]]`, options being a dict of
 `EvalOptions` fields plus `task_name`. The same program for the same task is judged once per call. The
-default `LocalEvaluator` runs `referee.evaluation.evaluate` in a thread pool (each evaluation runs in its own
-child processes). With `service_url` the reward uses the referee service instead
+default `LocalEvaluator` sends each through the referee's `LocalPool` (each evaluation runs in its own
+sandboxes; the pool holds each GPU's timing lease). With `service_url` the reward uses the referee service instead
 (`kernelsmith.referee.client.RefereeClient(base_url, token).evaluate_many(items)`).
 
 An evaluator failure (an exception, or a result with status "evaluator_error") is not the model's fault: by
@@ -37,12 +37,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from kernelsmith.candidate import Candidate
@@ -76,45 +74,38 @@ def reward_for(status: str, speedup: float | None = None, baseline: float | None
     return CORRECT_BASE + min(hi, max(lo, math.log2(speedup / baseline)))
 
 
-def _eval_option_names() -> set[str]:
-    from kernelsmith.settings import EvalSettings
-
-    return set(EvalSettings.model_fields)
-
-
 class LocalEvaluator:
-    """Runs the referee here: `evaluate()` for each item, `max_workers` at a time (threads; each evaluation
-    starts its own child processes)."""
+    """Runs the referee here, through the pool (the one way into evaluation: it places work on the GPUs and
+    holds each GPU's timing lease), `max_workers` at a time."""
 
     def __init__(self, max_workers: int = 4):
         self.max_workers = max(1, int(max_workers))
-        self._dir = tempfile.TemporaryDirectory(prefix="ks-reward-")
+        self._pools: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def _task_path(self, source: str, name: str) -> Path:
-        h = hashlib.sha256(source.encode()).hexdigest()[:16]
-        d = Path(self._dir.name) / h
-        path = d / f"{name or 'task'}.py"
+    def _pool(self, device: str) -> Any:
+        from kernelsmith.referee.pool import LocalPool
+
         with self._lock:
-            if not path.exists():
-                d.mkdir(parents=True, exist_ok=True)
-                path.write_text(source)
-        return path
+            if device not in self._pools:
+                self._pools[device] = LocalPool(device, slots_per_gpu=self.max_workers, cpu_slots=self.max_workers)
+            return self._pools[device]
 
     def _one(self, item: EvalItem) -> dict[str, Any]:
-        from kernelsmith.referee.evaluation import EvalOptions, evaluate
-        from kernelsmith.task import Task
+        from kernelsmith.settings import EvalRequest
 
         task_source, candidate_source, options = item
         opts = dict(options)
         name = str(opts.pop("task_name", "task"))
-        known = _eval_option_names()
         try:
-            eo = EvalOptions(**{"warm": self.max_workers, **{k: v for k, v in opts.items() if k in known}})
-            task = Task.load(self._task_path(task_source, name), device=eo.device)
-            return evaluate(task, Candidate(candidate_source), eo).to_dict()
+            request = EvalRequest(task_source=task_source, task_name=name, candidate_source=candidate_source,
+                                  options=opts)
+            verdict = self._pool(request.options.device).run(request)
         except Exception as exc:  # noqa: BLE001 - reported as the evaluator's failure, not the model's
             return {"status": EVALUATOR_ERROR, "error": f"{type(exc).__name__}: {exc}"}
+        if verdict.get("status") == "bad_request":  # the row's settings or task, not the completion
+            return {"status": EVALUATOR_ERROR, "error": f"bad request: {verdict.get('error')}"}
+        return verdict
 
     def __call__(self, items: list[EvalItem]) -> list[dict[str, Any]]:
         if not items:

@@ -84,7 +84,8 @@ class LocalPool:
     """Evaluations on this machine: `slots_per_gpu` at a time on each GPU (or `cpu_slots` on the CPU)."""
 
     def __init__(self, device: str = "cuda", gpus: list[int] | None = None, slots_per_gpu: int = 2,
-                 cpu_slots: int = 2):
+                 cpu_slots: int = 2, warm: int | None = None):
+        """`warm`: sandboxes kept started ahead per kind (default: one per slot)."""
         if device == "cuda" and gpus is None:
             import torch
 
@@ -96,6 +97,7 @@ class LocalPool:
         self.leases = {g: GpuLease(f"cuda:{g}") for g in self.gpus}
         self.capacity = len(self.gpus) * slots_per_gpu if self.gpus else cpu_slots
         self.slots = slots_per_gpu if self.gpus else cpu_slots
+        self.warm = self.slots if warm is None else max(0, warm)
         self._busy = {g: 0 for g in self.gpus}
         self._lock = threading.Lock()
         self.completed = 0
@@ -122,7 +124,7 @@ class LocalPool:
             return {"status": "bad_request", "correct": False, "error": str(exc)}
         gpu = self._pick()
         opts.gpu, opts.lease = gpu, self.leases.get(gpu) if gpu is not None else None
-        opts.warm = self.slots  # sandboxes started ahead, one per slot: the next evaluation starts at once
+        opts.warm = self.warm  # sandboxes started ahead: the next evaluation starts at once
         t0 = time.monotonic()
         try:
             verdict = evaluate(task, Candidate(request["candidate_source"], "candidate"), opts).to_dict()

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from kernelsmith.settings import Backend, Device, EvalSettings, Policy
+
 
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the setting."""
@@ -54,16 +56,21 @@ class RunConfig(BaseModel):
     max_total_tokens: int | None = Field(None, ge=1)
     max_cost_usd: float | None = Field(None, gt=0)
     response_mode: Literal["full", "diff"] = "full"
-    device: Literal["cuda", "cpu"] = "cuda"
-    policy: Literal["strict", "lenient"] = "strict"
-    backend: Literal["triton", "cuda"] = Field("triton", description="kernel language: triton, or cuda (load_inline)")
-    eval_timeout_s: float = Field(300, gt=0)
+    device: Device = "cuda"
+    policy: Policy = "strict"
+    backend: Backend = Field("triton", description="kernel language: triton, or cuda (load_inline)")
+    eval_timeout_s: float = Field(300, gt=0, le=86400, allow_inf_nan=False)
     referee_url: str | None = Field(None, description="a `kernelsmith serve` URL: evaluate there, not here")
     referee_token_env: str = Field("KERNELSMITH_TOKEN", description="variable holding the service's token")
     overrides: dict[str, Any] = Field(default_factory=dict, description="task constants (--set)")
     templates_dir: Path | None = None
     run_dir: Path = Path("runs/latest")
     seed: int = 0
+
+    def eval_settings(self) -> EvalSettings:
+        """The settings every evaluation of this run is asked with (the one settings model)."""
+        return EvalSettings(device=self.device, policy=self.policy, timeout_s=self.eval_timeout_s,
+                            backend=self.backend)
 
     @field_validator("overrides")
     @classmethod

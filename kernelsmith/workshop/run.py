@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from kernelsmith.candidate import Candidate
+from kernelsmith.settings import EvalRequest
 from kernelsmith.workshop.archive import Program
 from kernelsmith.workshop.config import ConfigError, RunConfig
 from kernelsmith.workshop.engine import Engine, Progress
@@ -121,9 +122,7 @@ def _remote_judge(config: RunConfig, task: Any) -> Any:
 
     client = RefereeClient(config.referee_url, os.environ.get(config.referee_token_env) or None,
                            timeout_s=config.eval_timeout_s + 60)
-    options = {"device": config.device, "policy": config.policy, "timeout_s": config.eval_timeout_s}
-    if config.backend != "triton":
-        options["backend"] = config.backend
+    settings = config.eval_settings()
     try:
         health = client.check()
     except ServiceError as exc:
@@ -133,8 +132,8 @@ def _remote_judge(config: RunConfig, task: Any) -> Any:
                           f"the run asks for {config.device}")
 
     def judge(candidate: Candidate) -> dict[str, Any]:
-        request = {"task_source": task.source, "task_name": task.name, "candidate_source": candidate.source,
-                   "options": options}
+        request = EvalRequest(task_source=task.source, task_name=task.name, candidate_source=candidate.source,
+                              options=settings).to_dict()
         try:
             return client.evaluate_many([request], timeout_s=config.eval_timeout_s * 4 + 600)[0]
         except ServiceError as exc:  # the service is gone for good: a verdict says so, the run goes on
@@ -146,7 +145,7 @@ def _remote_judge(config: RunConfig, task: Any) -> Any:
 def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = None, seed_program: Path | None = None,
            display: Any = None) -> dict[str, Any]:
     """Run (or resume, or replay) an evolution; returns the summary written to `summary.json`."""
-    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+    from kernelsmith.referee.pool import LocalPool
     from kernelsmith.task import Task
     from kernelsmith.workshop.hardware import probe_hardware
 
@@ -166,13 +165,15 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
         proposer = _cached(RunStore(recorded), None)
     else:
         proposer = _cached(store, inner)
-    opts = EvalOptions(device=config.device, policy=config.policy, timeout_s=config.eval_timeout_s,
-                       backend=config.backend, warm=config.eval_workers)
     if config.referee_url:
         judge = _remote_judge(config, task)
-    else:
+    else:  # the one way into evaluation: the pool places work on GPUs and holds each GPU's timing lease
+        pool = LocalPool(config.device, slots_per_gpu=config.eval_workers, cpu_slots=config.eval_workers)
+        settings = config.eval_settings()
+
         def judge(candidate: Candidate) -> dict[str, Any]:
-            return evaluate(task, candidate, opts).to_dict()
+            return pool.run(EvalRequest(task_source=task.source, task_name=task.name,
+                                        candidate_source=candidate.source, options=settings))
 
     hardware = store.counter(RUN_ID, "hardware") or probe_hardware(config.device)
     store.set_counter(RUN_ID, "hardware", hardware)
