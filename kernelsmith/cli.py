@@ -47,16 +47,23 @@ def eval_command(
     Exit code 0 when correct, 1 when not, 2 for bad input.
     """
     from kernelsmith.candidate import Candidate, CandidateError
-    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+    from kernelsmith.referee.pool import LocalPool, RequestError
+    from kernelsmith.referee.verdict import Verdict
+    from kernelsmith.settings import EvalRequest, EvalSettings
     from kernelsmith.task import Task, TaskError, parse_overrides
 
     try:
-        opts = EvalOptions(device=device, policy=policy, timeout_s=timeout, trials=trials, backend=backend)
+        settings = EvalSettings(device=device, policy=policy, timeout_s=timeout, trials=trials, backend=backend)
         loaded = Task.load(task, parse_overrides(set_), device=device)
         cand = Candidate.from_file(candidate)
-    except (TaskError, CandidateError, ValueError) as exc:
+        pool = LocalPool(device, slots_per_gpu=1, cpu_slots=1, warm=0)  # the one way in, as every evaluation
+    except (TaskError, CandidateError, RequestError, ValueError) as exc:
         raise bad_input(str(exc)) from None
-    verdict = evaluate(loaded, cand, opts)
+    result = pool.run(EvalRequest(task_source=loaded.source, task_name=loaded.name, candidate_source=cand.source,
+                                  options=settings))
+    if result.get("status") == "bad_request":
+        raise bad_input(str(result.get("error")))
+    verdict = Verdict.from_dict(result)
     if as_json:
         print(json.dumps(verdict.to_dict(), indent=2))
     else:

@@ -91,7 +91,7 @@ class LocalPool:
 
             gpus = list(range(torch.cuda.device_count()))
             if not gpus:
-                raise RequestError("device cuda: no GPU visible (use --device cpu, or set --gpus)")
+                raise RequestError("device cuda: torch sees no GPU here (evaluate with --device cpu)")
         self.device = device
         self.gpus = gpus if device == "cuda" else []
         self.leases = {g: GpuLease(f"cuda:{g}") for g in self.gpus}
