@@ -268,7 +268,7 @@ CAUGHT = [
     ("hole_precompute", {Status.REJECTED}, ["referee_access"]),  # seeds from job.json in __init__
     ("hole_escape", {Status.REJECTED}, ["native_access"]),  # libc fork() through ctypes at import
     # Attacks on the judge's channel (red team, 2026-12-03): forged answers, malformed messages.
-    ("hole_forged_report", {Status.REJECTED}, ["protocol_violation"]),
+    ("hole_forged_report", {Status.REJECTED}, ["native_access"]),  # ctypes behind "<lib>" frames: now seen
     ("hole_json_bomb", {Status.REJECTED}, ["protocol_violation"]),
     ("hole_shape_overflow", {Status.REJECTED, Status.INCORRECT}, []),
     # Overwriting a file outside its work dir: refused by the audit hook, or absent from the sandbox's view.

@@ -149,3 +149,82 @@ def test_header_only_messages_and_a_closed_peer(links):
     left.sock.close()
     with pytest.raises(channel.PeerGone):
         right.recv(timeout=5)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The judge's side of the protocol, as native code in the candidate's process would attack it (red team,
+# 2026-12-03: a forged answer and guard report sent ahead of the runner's were accepted).
+
+
+def _judge_and_peer():
+    from kernelsmith.referee.worker import Judge
+
+    ctl_judge, ctl_orch = channel.pair()
+    link_judge, link_cand = channel.pair()
+    judge = Judge(ctl_judge, channel.Link(link_judge), {"device": "cpu"})
+    return judge, channel.Link(link_cand), (ctl_judge, ctl_orch)
+
+
+def test_a_message_queued_behind_an_answer_is_a_violation():
+    from kernelsmith.referee.worker import CandidateFault
+
+    judge, cand, ctl = _judge_and_peer()
+    try:
+        cand.send({"op": "report", "findings": []})
+        cand.send({"op": "report", "findings": []})  # a second one, nobody asked for it
+        with pytest.raises(CandidateFault) as info:
+            judge.answer({"op": "report"}, expect="report")
+        assert info.value.report["op"] == "violation" and "nobody asked" in info.value.report["message"]
+    finally:
+        cand.close()
+        judge.link.close()
+        for s in ctl:
+            s.close()
+
+
+def test_the_runners_late_answer_before_sync_is_a_violation():
+    """The forged report was read as the answer; the real runner's answer to the previous request arrives
+    later, before `synced`: the judge ends it as the candidate's violation."""
+    import threading
+
+    from kernelsmith.referee.worker import CandidateFault
+
+    judge, cand, ctl = _judge_and_peer()
+
+    def runner() -> None:
+        cand.recv(timeout=5)  # the sync request
+        cand.send({"op": "output", "case": "trial4", "n_outputs": 0}, [])  # late, out of turn
+
+    t = threading.Thread(target=runner)
+    t.start()
+    try:
+        with pytest.raises(CandidateFault) as info:
+            judge.sync()
+        assert "answered 'output' to 'sync'" in info.value.report["message"]
+    finally:
+        t.join()
+        cand.close()
+        judge.link.close()
+        for s in ctl:
+            s.close()
+
+
+def test_an_honest_sync_passes():
+    import threading
+
+    judge, cand, ctl = _judge_and_peer()
+
+    def runner() -> None:
+        assert cand.recv(timeout=5)["op"] == "sync"
+        cand.send({"op": "synced"})
+
+    t = threading.Thread(target=runner)
+    t.start()
+    try:
+        judge.sync()
+    finally:
+        t.join()
+        cand.close()
+        judge.link.close()
+        for s in ctl:
+            s.close()

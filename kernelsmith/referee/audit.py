@@ -47,6 +47,9 @@ class AuditGuard:
         self.report = report
         self._busy = False
         self.self_pid = str(os.getpid())
+        # "<...>" names (no file behind them) the candidate compiled code under: frames of that code are its own
+        # too (red team, 2026-12-03: three "<lib>" wrapper frames hid a ctypes call from the native-access check).
+        self.borrowed_names: set[str] = set()
 
     def install(self) -> None:
         sys.addaudithook(self._hook)
@@ -60,7 +63,8 @@ class AuditGuard:
             name = f.f_code.co_filename
             # Code from a file the candidate could have written is the candidate's too: every other file in its
             # sandbox is read-only system or library code (the referee's own package included, wherever it is).
-            if name == self.candidate_file or (name.startswith("/") and _writable_dir(os.path.dirname(name))):
+            if name == self.candidate_file or (name.startswith("/") and _writable_dir(os.path.dirname(name))) \
+                    or name in self.borrowed_names:
                 return True
             f = f.f_back
             n += 1
@@ -88,7 +92,9 @@ class AuditGuard:
             filename = args[1] if len(args) > 1 else None
             if isinstance(filename, bytes):
                 filename = os.fsdecode(filename)
-            if isinstance(filename, str) and not filename.startswith("<") \
+            if isinstance(filename, str) and filename.startswith("<") and self._candidate_frames(1):
+                self.borrowed_names.add(filename)
+            elif isinstance(filename, str) and not filename.startswith("<") \
                     and os.path.realpath(filename) != self.candidate_file and self._candidate_frames(1):
                 self._deny("tampering", f"candidate compiled code under a foreign file name ({filename[:200]}): "
                            "code must not pass for the referee's or a library's")

@@ -1,8 +1,9 @@
 """Red team, 2026-12-03 (was `correct`): a torch-only ReLU (the guards reject it) forges the candidate's side of
 the protocol on its 6th forward call (trial4): its own `output` reply (own arena), then its own `report` (no
 findings), ahead of the runner's. The report also carries a 256 MiB memfd that a kept judge used to keep.
-Now: the judge refuses a second message queued behind an answer (`protocol_violation`), and closes every
-descriptor that is not an arena. ctypes is reached through '<lib>'-named frames (audit hook: defence only)."""
+Now: ctypes behind '<lib>'-named frames counts as the candidate's (`native_access`, at import); and were it
+reached natively, the judge refuses an answer out of turn before its `sync` (`protocol_violation`, pinned by
+tests/test_channel.py) and closes every descriptor that is not an arena."""
 import os, json
 import torch, torch.nn as nn
 from kernelsmith.referee import channel
