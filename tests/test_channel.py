@@ -8,6 +8,7 @@ import json
 import mmap
 import os
 import socket
+from typing import Any
 
 import pytest
 import torch
@@ -156,75 +157,66 @@ def test_header_only_messages_and_a_closed_peer(links):
 # 2026-12-03: a forged answer and guard report sent ahead of the runner's were accepted).
 
 
-def _judge_and_peer():
+@pytest.fixture
+def judge_and_peer():
+    """A judge (its side of the protocol only) and the candidate's end of its link."""
     from kernelsmith.referee.worker import Judge
 
     ctl_judge, ctl_orch = channel.pair()
     link_judge, link_cand = channel.pair()
     judge = Judge(ctl_judge, channel.Link(link_judge), {"device": "cpu"})
-    return judge, channel.Link(link_cand), (ctl_judge, ctl_orch)
+    cand = channel.Link(link_cand)
+    yield judge, cand
+    cand.close()
+    judge.link.close()
+    ctl_judge.close()
+    ctl_orch.close()
 
 
-def test_a_message_queued_behind_an_answer_is_a_violation():
-    from kernelsmith.referee.worker import CandidateFault
-
-    judge, cand, ctl = _judge_and_peer()
-    try:
-        cand.send({"op": "report", "findings": []})
-        cand.send({"op": "report", "findings": []})  # a second one, nobody asked for it
-        with pytest.raises(CandidateFault) as info:
-            judge.answer({"op": "report"}, expect="report")
-        assert info.value.report["op"] == "violation" and "nobody asked" in info.value.report["message"]
-    finally:
-        cand.close()
-        judge.link.close()
-        for s in ctl:
-            s.close()
-
-
-def test_the_runners_late_answer_before_sync_is_a_violation():
-    """The forged report was read as the answer; the real runner's answer to the previous request arrives
-    later, before `synced`: the judge ends it as the candidate's violation."""
+def _answering(cand: channel.Link, *replies: dict) -> Any:
+    """A thread that takes one request on `cand` and sends `replies`."""
     import threading
 
+    def run() -> None:
+        cand.recv(timeout=5)
+        for r in replies:
+            cand.send(r, [] if r["op"] == "output" else None)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_a_message_queued_behind_an_answer_is_a_violation(judge_and_peer):
     from kernelsmith.referee.worker import CandidateFault
 
-    judge, cand, ctl = _judge_and_peer()
+    judge, cand = judge_and_peer
+    cand.send({"op": "report", "findings": []})
+    cand.send({"op": "report", "findings": []})  # a second one, nobody asked for it
+    with pytest.raises(CandidateFault) as info:
+        judge.answer({"op": "report"}, expect="report")
+    assert info.value.report["op"] == "violation" and "nobody asked" in info.value.report["message"]
 
-    def runner() -> None:
-        cand.recv(timeout=5)  # the sync request
-        cand.send({"op": "output", "case": "trial4", "n_outputs": 0}, [])  # late, out of turn
 
-    t = threading.Thread(target=runner)
-    t.start()
+def test_the_runners_late_answer_before_sync_is_a_violation(judge_and_peer):
+    """The forged report was read as the answer; the real runner's answer to the previous request arrives
+    later, before `synced`: the judge ends it as the candidate's violation."""
+    from kernelsmith.referee.worker import CandidateFault
+
+    judge, cand = judge_and_peer
+    t = _answering(cand, {"op": "output", "case": "trial4", "n_outputs": 0})
     try:
         with pytest.raises(CandidateFault) as info:
             judge.sync()
         assert "answered 'output' to 'sync'" in info.value.report["message"]
     finally:
         t.join()
-        cand.close()
-        judge.link.close()
-        for s in ctl:
-            s.close()
 
 
-def test_an_honest_sync_passes():
-    import threading
-
-    judge, cand, ctl = _judge_and_peer()
-
-    def runner() -> None:
-        assert cand.recv(timeout=5)["op"] == "sync"
-        cand.send({"op": "synced"})
-
-    t = threading.Thread(target=runner)
-    t.start()
+def test_an_honest_sync_passes(judge_and_peer):
+    judge, cand = judge_and_peer
+    t = _answering(cand, {"op": "synced"})
     try:
         judge.sync()
     finally:
         t.join()
-        cand.close()
-        judge.link.close()
-        for s in ctl:
-            s.close()
