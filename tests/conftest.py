@@ -126,6 +126,13 @@ def _uptime_ticks() -> int:
 SESSION_START_TICKS = _uptime_ticks()  # processes started before this session are none of ours
 
 
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _ancestors(pid: int) -> set[int]:
     seen: set[int] = set()
     while pid > 1 and pid not in seen:
@@ -144,6 +151,7 @@ def leftover_workers() -> list[tuple[int, str]]:
     from kernelsmith.referee.sandbox import template_pids
 
     standing, templates = set(standing_sandboxes()), set(template_pids())
+    inits = {_parent(p) for p in standing}  # a forked sandbox's PID 1, waiting for its (standing) process
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -159,7 +167,7 @@ def leftover_workers() -> list[tuple[int, str]]:
         if i + 1 >= len(argv) or Path(argv[i + 1]).exists():
             continue
         line = _ancestors(int(entry.name))
-        if line & standing:
+        if line & standing or int(entry.name) in inits:
             continue
         if line & templates and (entry / "status").read_text().split("Uid:")[1].split()[0] == "0":
             continue  # a template itself, or the parent waiting for one of its forked sandboxes

@@ -249,19 +249,20 @@ def standing_sandboxes() -> list[int]:
 
 
 def start_sandbox(role: str, opts: EvalOptions, ro_files: dict[str, str] | None = None) -> tuple[Child, socket.socket]:
-    """A judge or candidate sandbox and the orchestrator's end of its channel. A candidate's is forked from
-    the device's template where that is possible (as root), else started with bubblewrap."""
-    if role == "candidate" and not ro_files:
+    """A judge or candidate sandbox and the orchestrator's end of its channel: forked from the device's template
+    where that is possible (as root), else started with bubblewrap. Each role has its own uid."""
+    uid = JUDGE_UID if role == "judge" else NOBODY
+    if not ro_files:
         zygote = zygote_for(opts.device, opts.gpu, opts.limits)
         if zygote is not None:
             try:
-                return zygote.spawn(opts.device, opts.limits, NOBODY)
+                return zygote.spawn(opts.device, opts.limits, uid, role=role)
             except OSError:
                 pass  # (the template's failure is in its log) a sandbox of its own, then
     mine, theirs = channel.pair()
     try:
         child = Child.start(_worker(role), opts.device, opts.limits, gpu=opts.gpu, pass_fds=(theirs.fileno(),),
-                            uid=JUDGE_UID if role == "judge" else NOBODY, ro_files=ro_files,
+                            uid=uid, ro_files=ro_files,
                             env={"KERNELSMITH_FD": str(theirs.fileno()), "KERNELSMITH_DEVICE": opts.device})
     except BaseException:
         mine.close()

@@ -977,7 +977,8 @@ def _walled_in(spec: dict[str, Any], chan: int, log: int) -> None:
         sock.detach()
         if placed != b'{"op": "placed"}':
             os._exit(72)
-        code = run_candidate() if spec.get("role", "candidate") == "candidate" else _run_script()
+        role = spec.get("role", "candidate")
+        code = run_candidate() if role == "candidate" else run_judge() if role == "judge" else _run_script()
     except BaseException as exc:  # noqa: BLE001 - no candidate code has run if this is reached before `placed`
         try:
             sys.stderr.write(f"kernelsmith: the forked sandbox failed: {type(exc).__name__}: {exc}\n")
