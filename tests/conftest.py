@@ -126,6 +126,20 @@ def _uptime_ticks() -> int:
 SESSION_START_TICKS = _uptime_ticks()  # processes started before this session are none of ours
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (by /proc's children lists)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
 def _parent(pid: int) -> int:
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

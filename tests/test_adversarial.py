@@ -21,6 +21,7 @@ from conftest import (
     TASK_TINY,
     EvalPool,
     Job,
+    descendants,
     from_template,
     kill_marked,
     leftover_workers,
@@ -525,22 +526,10 @@ def test_attacks_on_the_channel_are_the_candidates_fault_and_leave_the_judge_cle
         assert "task's reference" not in v.error, (case, v.error)
     held = []
     for root in standing_sandboxes():
-        for pid in _family(root):
+        for pid in descendants(root):
             try:
                 held += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
             except OSError:
                 continue
     assert not [h for h in held if "leaked-into-judge" in h], held
 
-
-def _family(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for tid in os.listdir(f"/proc/{p}/task"):
-                todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
-        except OSError:
-            pass
-    return out

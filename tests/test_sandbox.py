@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import descendants
 
 from kernelsmith.referee import channel
 from kernelsmith.referee.sandbox import Child, Limits, isolation, package_root, redact, zygote_for
@@ -228,7 +229,7 @@ def test_sandboxed_process_is_unprivileged_on_the_host() -> None:
         deadline = time.monotonic() + 20
         uids: list[int] = []
         while time.monotonic() < deadline and not uids:
-            for pid in _descendants(child.proc.pid):
+            for pid in descendants(child.proc.pid):
                 try:
                     status = Path(f"/proc/{pid}/status").read_text()
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -243,19 +244,6 @@ def test_sandboxed_process_is_unprivileged_on_the_host() -> None:
     assert uids, "the sandboxed process was not found"
     assert 0 not in uids
     assert set(uids) == ({65534} if os.getuid() == 0 else {os.getuid()})
-
-
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for tid in os.listdir(f"/proc/{p}/task"):
-                todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
-        except OSError:
-            pass
-    return out
 
 
 def _run_forked(source: str, limits: Limits | None = None) -> tuple[Child, object]:

@@ -109,21 +109,13 @@ def encode(values: Sequence[Any]) -> tuple[list[Any], list[torch.Tensor]]:
     return [_encode_value(v, tensors) for v in values], tensors
 
 
-def send_fd(sock: socket.socket, header: dict[str, Any], fd: int) -> None:
-    """Send one message carrying a descriptor of ours (a socket handed on to another process)."""
-    try:
-        socket.send_fds(sock, [json.dumps(header).encode()], [fd])
-    except (BrokenPipeError, ConnectionResetError) as exc:
-        raise PeerGone(str(exc)) from exc
-
-
-def send(sock: socket.socket, header: dict[str, Any]) -> None:
-    """Send one message of JSON only (tensors travel over a `Link`)."""
+def send(sock: socket.socket, header: dict[str, Any], fds: Sequence[int] = ()) -> None:
+    """Send one message: a JSON header (tensors travel in a `Link`'s arena) and the descriptors `fds`."""
     data = json.dumps(header).encode()
     if len(data) > MAX_HEADER:
         raise ChannelError(f"message header of {len(data)} bytes is over {MAX_HEADER}")
     try:
-        sock.sendall(data)
+        socket.send_fds(sock, [data], list(fds)) if fds else sock.sendall(data)
     except (BrokenPipeError, ConnectionResetError) as exc:
         raise PeerGone(str(exc)) from exc
 
@@ -353,13 +345,7 @@ class Link:
                 fds.append(self._out.fd)
                 header["arena"] = True
             self._out.write(tensors, layout)
-        data = json.dumps(header).encode()
-        if len(data) > MAX_HEADER:
-            raise ChannelError(f"message header of {len(data)} bytes is over {MAX_HEADER}")
-        try:
-            socket.send_fds(self.sock, [data], fds) if fds else self.sock.sendall(data)
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            raise PeerGone(str(exc)) from exc
+        send(self.sock, header, fds)
 
     def pending(self) -> bool:
         """A message is waiting that nobody asked for yet (the protocol is one request, one answer)."""

@@ -288,7 +288,7 @@ class _Session:
             self.cand, cand_sock = SPARES.take("candidate", opts, ro_files)
             try:
                 channel.send(cand_sock, {"op": "config", "source": candidate.source, **config})
-                channel.send_fd(self.ctl, {"op": "link"}, cand_sock.fileno())
+                channel.send(self.ctl, {"op": "link"}, [cand_sock.fileno()])
             finally:
                 cand_sock.close()
         except BaseException:

@@ -20,6 +20,7 @@ import ctypes
 import os
 import resource
 import signal
+from functools import lru_cache
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
@@ -99,6 +100,7 @@ X32_BIT = 0x40000000
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
 
 
+@lru_cache(maxsize=1)
 def seccomp_program() -> bytes | None:
     """The filter as a raw cBPF program (struct sock_filter[], the form bubblewrap's --seccomp reads)."""
     import platform

@@ -764,8 +764,9 @@ class ForkedChild(Child):
 
 class Zygote:
     """A template sandbox (`worker.py zygote`: torch, dynamo, Triton and the referee imported, no CUDA context)
-    that forks each candidate's sandbox in ~10 ms instead of starting an interpreter (nest.py says what the
-    fork gets). Root only; one per (device, GPU); `zygote_for` starts it and restarts it if it died."""
+    that forks each sandbox instead of starting an interpreter (0.09 s against 3.2 s on the CPU machine,
+    benchmarks/spawn_cost.py; nest.py says what the fork gets). Root only; one per (device, GPU);
+    `zygote_for` starts it and restarts it if it died."""
 
     def __init__(self, child: Child, ctl: Any):
         self.child, self.ctl = child, ctl
