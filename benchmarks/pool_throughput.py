@@ -110,11 +110,22 @@ def serial(items: list[tuple[Path, str, str]], device: str, tmp: Path, timeout: 
 
 
 def pooled(items: list[tuple[Path, str, str]], device: str, slots: int, timeout: float) -> tuple[float, list[dict]]:
+    """The batch through one pool, `capacity` in flight; one line per verdict as it lands (a cut-off run still says
+    where it was)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
     pool = LocalPool(device, slots_per_gpu=slots, cpu_slots=slots)
     requests = [{"task_source": task.read_text(), "task_name": task.name, "candidate_source": source,
                  "options": {"device": device, "timeout_s": timeout}} for task, source, _ in items]
+    verdicts: list[dict] = [{} for _ in items]
     t0 = time.perf_counter()
-    verdicts = pool.evaluate_many(requests)
+    with ThreadPoolExecutor(max_workers=max(1, pool.capacity)) as ex:
+        futures = {ex.submit(pool.run, r): i for i, r in enumerate(requests)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            verdicts[i] = v = fut.result()
+            print(f"{time.perf_counter() - t0:7.1f} s  #{i:<3} {items[i][0].name:<24} {items[i][2]:<9} "
+                  f"{v.get('status'):<14} {v.get('elapsed_s')} s {v.get('timing', {})}", flush=True)
     return time.perf_counter() - t0, verdicts
 
 
@@ -131,6 +142,10 @@ def main() -> None:
     ap.add_argument("--kinds", default=",".join(KINDS), help="the cycle of candidate kinds")
     ap.add_argument("--no-serial", action="store_true", help="the pool only")
     args = ap.parse_args()
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGTERM, all_threads=True)  # `timeout` on a stuck run shows where each thread is
     import torch
     import triton
 
