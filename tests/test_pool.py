@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import CANDIDATES, TASK_RELU, TASK_TINY
@@ -45,7 +46,106 @@ def test_timing_lease_never_overlaps_other_work() -> None:
         assert not overlapping, f"timing [{a0:.3f}, {a1:.3f}] overlapped {overlapping}"
     shared = sorted((a0, a1) for k, a0, a1 in intervals if k == "shared")
     assert any(b0 < a1 for (_, a1), (b0, _) in zip(shared, shared[1:]))  # correctness work did overlap
-    assert lease.state() == {"shared": 0, "exclusive": False, "waiting": 0}
+    assert lease.state() == {"shared": 0, "exclusive": False, "waiting": 0, "frozen": 0}
+
+
+class FakeSandbox:
+    """A sandbox as the lease sees it; records when it was frozen."""
+
+    def __init__(self, freezable: bool = True):
+        self.can, self.frozen, self.closed = freezable, False, False
+        self.log: list[tuple[bool, float]] = []
+
+    def freezable(self) -> bool:
+        return self.can
+
+    def freeze(self, frozen: bool) -> bool:
+        self.frozen = frozen
+        self.log.append((frozen, time.monotonic()))
+        return True
+
+    def gone(self) -> bool:
+        return self.closed
+
+
+def test_timing_freezes_its_neighbours_instead_of_waiting_for_them() -> None:
+    """A neighbour that hangs in its correctness phase (here: never ends) does not hold up a timing phase: its
+    sandboxes are frozen for the phase and thawed after it, and the frozen time moves its deadline on."""
+    lease = GpuLease()
+    hung, spare = FakeSandbox(), FakeSandbox()
+    mine = FakeSandbox()
+    for s in (hung, spare, mine):
+        lease.track(s)
+    neighbour = LeaseHolder(lease)
+    neighbour.own(hung)
+    timer = LeaseHolder(lease)
+    timer.own(mine)
+    t0 = time.monotonic()
+    timer.exclusive()  # the neighbour is still "working": frozen, not waited for
+    assert time.monotonic() - t0 < 1.0
+    assert hung.frozen and spare.frozen and not mine.frozen
+    assert lease.state()["frozen"] == 2
+    late = FakeSandbox()
+    lease.track(late)  # a sandbox started during the phase (a spare) is frozen at once
+    assert late.frozen
+    time.sleep(0.2)
+    assert neighbour.paused_s() >= 0.2
+    timer.release()
+    assert not hung.frozen and not spare.frozen and not late.frozen
+    paused = neighbour.paused_s()
+    time.sleep(0.05)
+    assert neighbour.paused_s() == paused  # no longer frozen: its clock runs again
+    neighbour.release()
+    assert lease.state() == {"shared": 0, "exclusive": False, "waiting": 0, "frozen": 0}
+
+
+def test_timing_waits_for_work_it_cannot_freeze() -> None:
+    """A holder with a sandbox that has no freezer (an ordinary user's, without cgroup v2) is waited for."""
+    lease = GpuLease()
+    unfreezable = FakeSandbox(freezable=False)
+    lease.track(unfreezable)  # not tracked: nothing to freeze
+    neighbour = LeaseHolder(lease)
+    neighbour.own(unfreezable)
+    timer = LeaseHolder(lease)
+    timer.own(FakeSandbox())
+    acquired = threading.Event()
+    t = threading.Thread(target=lambda: (timer.exclusive(), acquired.set()))
+    t.start()
+    assert not acquired.wait(0.3)
+    neighbour.release()
+    assert acquired.wait(5)
+    t.join()
+    assert not unfreezable.log
+    timer.release()
+
+
+def test_a_cgroup_freeze_stops_its_processes() -> None:
+    """The kernel's freezer, as the lease uses it: a counting process makes no progress while frozen."""
+    import subprocess
+    import sys
+
+    from kernelsmith.referee.sandbox import MemoryCgroup
+
+    cg = MemoryCgroup.create(256 << 20)
+    if cg is None or not cg.can_freeze():
+        pytest.skip("no freezable cgroup this process may create")
+    counter = subprocess.Popen([sys.executable, "-c", "import itertools, sys\nfor i in itertools.count():\n"
+                                "    print(i, flush=True)"], stdout=subprocess.PIPE, text=True)
+    try:
+        cg.place(counter.pid)
+        assert cg.freeze(True)
+        stat = Path(f"/proc/{counter.pid}/stat").read_text()
+        before = int(Path(f"/proc/{counter.pid}/stat").read_text().rsplit(")", 1)[1].split()[11])  # utime
+        time.sleep(0.3)
+        after = int(Path(f"/proc/{counter.pid}/stat").read_text().rsplit(")", 1)[1].split()[11])
+        assert after == before, stat
+        assert cg.freeze(False)
+        time.sleep(0.3)
+        assert int(Path(f"/proc/{counter.pid}/stat").read_text().rsplit(")", 1)[1].split()[11]) > after
+    finally:
+        counter.kill()
+        counter.wait()
+        cg.remove()
 
 
 def _requests() -> list[dict]:

@@ -23,7 +23,7 @@ from pydantic import ConfigDict, Field
 from kernelsmith.backends import get_backend
 from kernelsmith.candidate import Candidate
 from kernelsmith.referee import channel
-from kernelsmith.referee.lease import LeaseHolder
+from kernelsmith.referee.lease import GpuLease, LeaseHolder, lease_for
 from kernelsmith.referee.sandbox import (
     NOBODY,
     Child,
@@ -196,7 +196,7 @@ class _Judges:
 
         return (hashlib.sha256(task.source.encode()).hexdigest(), *_Spares.key("judge", opts))
 
-    def take(self, key: tuple) -> tuple[Child, socket.socket] | None:
+    def take(self, key: tuple, hold: LeaseHolder) -> tuple[Child, socket.socket] | None:
         while True:
             with self._lock:
                 i = next((i for i, (k, _, _) in enumerate(self._idle) if k == key), None)
@@ -204,7 +204,14 @@ class _Judges:
                     return None
                 _, child, ctl = self._idle.pop(i)
             try:
-                msg = channel.recv(ctl, timeout=10.0)
+                end = time.monotonic() + 10.0
+                while True:  # (10 s, plus any time it spends frozen for a neighbour's timing)
+                    try:
+                        msg = channel.recv(ctl, timeout=0.5)
+                        break
+                    except TimeoutError:
+                        if time.monotonic() > end + hold.paused_s():
+                            raise
                 if msg.get("op") == "idle" and child.proc.poll() is None:
                     return child, ctl
             except (channel.ChannelError, TimeoutError):
@@ -252,11 +259,12 @@ def start_sandbox(role: str, opts: EvalOptions, ro_files: dict[str, str] | None 
     """A judge or candidate sandbox and the orchestrator's end of its channel: forked from the device's template
     where that is possible (as root), else started with bubblewrap. Each role has its own uid."""
     uid = JUDGE_UID if role == "judge" else NOBODY
+    track = gpu_lease(opts).track if opts.device == "cuda" else None  # a neighbour's timing freezes it
     if not ro_files:
         zygote = zygote_for(opts.device, opts.gpu, opts.limits)
         if zygote is not None:
             try:
-                return zygote.spawn(opts.device, opts.limits, uid, role=role)
+                return zygote.spawn(opts.device, opts.limits, uid, role=role, placed=track)
             except OSError:
                 pass  # (the template's failure is in its log) a sandbox of its own, then
     mine, theirs = channel.pair()
@@ -269,7 +277,19 @@ def start_sandbox(role: str, opts: EvalOptions, ro_files: dict[str, str] | None 
         raise
     finally:
         theirs.close()  # it lives in the child now
+    if track is not None:
+        track(child)
     return child, mine
+
+
+def gpu_lease(opts: EvalOptions) -> GpuLease:
+    """The timing lease of the evaluation's GPU: the pool's, else this process's."""
+    return opts.lease or lease_for(lease_key(opts.gpu))
+
+
+def lease_key(gpu: int | None) -> str:
+    """A GPU's name across processes (its physical index, whatever CUDA_VISIBLE_DEVICES renumbers)."""
+    return f"cuda-{visible_device(gpu or 0)}"
 
 
 class _Session:
@@ -277,11 +297,11 @@ class _Session:
     channel is handed to the judge: from then on only the judge talks to the candidate."""
 
     def __init__(self, candidate: Candidate, opts: EvalOptions, ro_files: dict[str, str], config: dict[str, Any],
-                 judge_key: tuple):
-        self.opts, self.judge_key = opts, judge_key
+                 judge_key: tuple, hold: LeaseHolder):
+        self.opts, self.judge_key, self.hold = opts, judge_key, hold
         self.judge = self.cand = None
         self.reusable = False  # the judge ended this evaluation cleanly and may judge the next candidate
-        kept = JUDGES.take(judge_key)
+        kept = JUDGES.take(judge_key, hold)
         self.judge, self.ctl = kept or SPARES.take("judge", opts)
         self.judge_reused = kept is not None
         try:
@@ -297,20 +317,22 @@ class _Session:
         self.last = "start"  # the judge's last progress message: who is working now
 
     def recv(self, deadline: float) -> channel.Message | ChildOutcome:
-        """The judge's next message, or why none will come (a child's end, the deadline)."""
+        """The judge's next message, or why none will come (a child's end, the deadline, moved on by the time
+        both sandboxes spent frozen for a neighbour's timing)."""
         while True:
-            remaining = deadline - time.monotonic()
+            deadline_now = deadline + self.hold.paused_s()
+            remaining = deadline_now - time.monotonic()
             try:
                 msg = channel.recv(self.ctl, timeout=max(0.01, min(0.25, remaining)))
             except TimeoutError:
                 for child in (self.judge, self.cand):
-                    outcome = child.check(deadline)
+                    outcome = child.check(deadline_now)
                     if outcome is not None and (child is self.judge or outcome.timed_out
                                                 or outcome.memory_exceeded):
                         return outcome
                 continue
             except channel.ChannelError:
-                return self.judge.wait(deadline)
+                return self.judge.wait(deadline_now)
             if msg.get("op") in TIMEOUT_ROLES:
                 self.last = msg["op"]
             return msg
@@ -353,7 +375,8 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
         candidate = Candidate.from_file(candidate)
     ruling = _Ruling(opts, secret_values())
     seeds = {"init_seed": 42, "trial_seeds": [secrets.randbits(31) for _ in range(opts.trials)],
-             "test_seed": secrets.randbits(31), "check_seed": secrets.randbits(31)}
+             "test_seed": secrets.randbits(31), "check_seed": secrets.randbits(31),
+             "timing_seed": secrets.randbits(20) * 64}
     deadline = time.monotonic() + opts.timeout_s
     session: _Session | None = None
     try:
@@ -363,15 +386,17 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
             early = _build(candidate, opts, ruling, deadline, ro_files, config)
             if early is not None:
                 return early
-        ruling.hold = LeaseHolder(opts.lease, f"cuda-{visible_device(opts.gpu or 0)}" if opts.device == "cuda" else None)
         started = time.monotonic()
-        session = _Session(candidate, opts, ro_files, config, _Judges.key(task, opts))
-        deadline += time.monotonic() - started  # starting sandboxes is the referee's time, not the candidate's
+        ruling.hold = LeaseHolder(gpu_lease(opts) if opts.device == "cuda" else None)
+        session = _Session(candidate, opts, ro_files, config, _Judges.key(task, opts), ruling.hold)
+        ruling.hold.own(session.judge, session.cand)
+        deadline += time.monotonic() - started  # waiting for a timing neighbour and starting sandboxes: the
+        # referee's time, not the candidate's (as is any time frozen for a neighbour's timing: `Session.recv`)
         ruling.v.sandbox = dict(session.cand.info)
         ruling.v.timing["judge"] = "kept" if session.judge_reused else "new"
         session.send({"op": "job", "task_source": task.source, "device": opts.device,
                       "tolerance": opts.tolerance, "test_inputs": opts.test_inputs and task.has_test_inputs,
-                      **seeds})
+                      "timing": opts.timing, **seeds})
         return _run(ruling, session, deadline)
     finally:
         if ruling.hold is not None:
@@ -508,7 +533,7 @@ def _run(ruling: _Ruling, session: _Session, deadline: float) -> Verdict:
             ruling.hold.exclusive()  # waits until no other evaluation works on this GPU
             deadline += time.monotonic() - queued  # nor is waiting for another candidate's timing
             ruling.phase("lease_wait")
-            session.send({"op": "time", "timing_seed": secrets.randbits(20) * 64, "timing": ruling.opts.timing})
+            session.send({"op": "time"})
         elif op == "timed":
             ruling.phase("timing")
             _judge_timing(ruling, msg)

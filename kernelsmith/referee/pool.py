@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelsmith.referee.lease import GpuLease
+from kernelsmith.referee.lease import lease_for
 from kernelsmith.settings import EvalRequest, EvalSettings, SettingsError
 
 # The options a request may set (kernelsmith.settings.EvalSettings); the rest (GPU, lease, spares) is the pool's.
@@ -94,7 +94,9 @@ class LocalPool:
                 raise RequestError("device cuda: torch sees no GPU here (evaluate with --device cpu)")
         self.device = device
         self.gpus = gpus if device == "cuda" else []
-        self.leases = {g: GpuLease(f"cuda:{g}") for g in self.gpus}
+        from kernelsmith.referee.evaluation import lease_key
+
+        self.leases = {g: lease_for(lease_key(g)) for g in self.gpus}  # the process's: whoever else submits here
         self.capacity = len(self.gpus) * slots_per_gpu if self.gpus else cpu_slots
         self.slots = slots_per_gpu if self.gpus else cpu_slots
         self.warm = self.slots if warm is None else max(0, warm)

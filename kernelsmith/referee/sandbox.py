@@ -272,8 +272,9 @@ def _gpu_args(gpu: int | None) -> list[str]:
 class MemoryCgroup:
     """A memory cgroup for one sandbox (v2, else v1) when this process may make one; else None."""
 
-    def __init__(self, path: Path, version: int):
+    def __init__(self, path: Path, version: int, freezer: Path | None = None):
         self.path, self.version = path, version
+        self.freezer = freezer  # v1: a cgroup of the same name in the freezer hierarchy (v2 has cgroup.freeze)
 
     @classmethod
     def create(cls, limit_bytes: int) -> MemoryCgroup | None:
@@ -292,6 +293,7 @@ class MemoryCgroup:
                         (path / "pids.max").write_text(str(PIDS_MAX))
                 else:
                     (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
+                    return cls(path, version, _v1_freezer(name))
                 return cls(path, version)
             except OSError:
                 path.rmdir()
@@ -299,6 +301,15 @@ class MemoryCgroup:
 
     def procs_file(self) -> str:
         return str(self.path / "cgroup.procs")
+
+    def procs_files(self) -> list[str]:
+        """Where a process is written to join it (two files on v1 with a freezer)."""
+        return [self.procs_file()] + ([str(self.freezer / "cgroup.procs")] if self.freezer else [])
+
+    def place(self, pid: int) -> None:
+        for name in self.procs_files():
+            with open(name, "w") as fh:
+                fh.write(str(pid))
 
     def oom_killed(self) -> bool:
         try:
@@ -333,6 +344,32 @@ class MemoryCgroup:
         except (OSError, ValueError):
             pass
 
+    def freeze(self, frozen: bool, timeout: float = 2.0) -> bool:
+        """Stop (or restart) every process in it (cgroup v2's freezer): False where that is not possible. A
+        freeze waits, up to `timeout`, until the kernel reports the cgroup frozen (a task inside a driver call
+        stops when the call returns)."""
+        if self.version == 2:
+            control, state, done = self.path / "cgroup.freeze", self.path / "cgroup.events", "frozen 1"
+            value = "1" if frozen else "0"
+        elif self.freezer is not None:
+            control = state = self.freezer / "freezer.state"
+            done, value = "FROZEN", "FROZEN" if frozen else "THAWED"
+        else:
+            return False
+        try:
+            control.write_text(value)
+            end = time.monotonic() + timeout
+            while frozen and done not in state.read_text().splitlines():
+                if time.monotonic() > end:
+                    break
+                time.sleep(0.001)
+            return True
+        except OSError:
+            return False
+
+    def can_freeze(self) -> bool:
+        return (self.path / "cgroup.freeze").exists() if self.version == 2 else self.freezer is not None
+
     def wait_empty(self, timeout: float) -> None:
         """Until every process in it has exited (a GPU process's device memory is free only then)."""
         end = time.monotonic() + timeout
@@ -345,23 +382,51 @@ class MemoryCgroup:
             time.sleep(0.01)
 
     def remove(self) -> None:
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                self.kill_all()
-                time.sleep(0.02)
+        for path in [self.path] + ([self.freezer] if self.freezer else []):
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    self.kill_all()
+                    time.sleep(0.02)
+
+
+@lru_cache(maxsize=1)
+def _freezer_root() -> Path | None:
+    """The v1 freezer hierarchy's mount, if there is one."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) > 3 and parts[2] == "cgroup" and "freezer" in parts[3].split(","):
+            return Path(parts[1])
+    return None
+
+
+def _v1_freezer(name: str) -> Path | None:
+    """A v1 freezer cgroup named `name` beside the memory one, where this process may make one."""
+    root = _freezer_root()
+    if root is None:
+        return None
+    try:
+        (root / name).mkdir()
+        return root / name
+    except OSError:
+        return None
 
 
 @lru_cache(maxsize=1)
 def _cgroup_parents() -> list[tuple[int, Path]]:
     """Writable places for a new memory cgroup, best first (swept once of those a killed referee left)."""
     found = _find_cgroup_parents()
-    for _, parent in found:
-        for stale in parent.glob("kernelsmith-*"):
+    freezer = [_freezer_root()] if any(v == 1 for v, _ in found) and _freezer_root() else []
+    for parent in [p for _, p in found] + freezer:
+        for stale in parent.glob("kernelsmith-*"):  # type: ignore[union-attr]
             try:
                 pid = int(stale.name.split("-")[1])
                 if not Path(f"/proc/{pid}").exists():
@@ -464,7 +529,7 @@ class ChildOutcome:
     peak_rss_mb: float = 0.0
 
 
-def _preexec(limits: Limits, procs_file: str | None, rlimit_data: bool) -> None:
+def _preexec(limits: Limits, procs_files: list[str], rlimit_data: bool) -> None:
     """In the child, before exec: no core dumps, a file-size cap, the cgroup (so everything it starts is in
     it before any of its code runs), a data-size cap where no cgroup could be made, death with its parent."""
     import ctypes
@@ -472,8 +537,8 @@ def _preexec(limits: Limits, procs_file: str | None, rlimit_data: bool) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     fsize = limits.file_mb << 20
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    if procs_file:
-        with open(procs_file, "w") as fh:
+    for name in procs_files:
+        with open(name, "w") as fh:
             fh.write("0")
     if rlimit_data:
         data = limits.memory_mb << 20
@@ -566,7 +631,7 @@ class Child:
             proc = subprocess.Popen(
                 cmd, cwd=home if bwrap is None else "/", env=environ, stdin=subprocess.DEVNULL, stdout=write_fd,
                 stderr=write_fd, start_new_session=True, close_fds=True, pass_fds=pass_fds,
-                preexec_fn=lambda: _preexec(limits, cgroup.procs_file() if cgroup else None,
+                preexec_fn=lambda: _preexec(limits, cgroup.procs_files() if cgroup else [],
                                             rlimit_data=bool(bwrap) and cgroup is None and device == "cpu"),
             )
         except BaseException:
@@ -634,6 +699,16 @@ class Child:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    # The timing lease's view (lease.Freezable): a neighbour's timing phase stops this sandbox meanwhile.
+    def freezable(self) -> bool:
+        return self.cgroup is not None and self.cgroup.can_freeze()
+
+    def freeze(self, frozen: bool) -> bool:
+        return self.cgroup is not None and self.cgroup.freeze(frozen)
+
+    def gone(self) -> bool:
+        return self.cgroup is None or not self.cgroup.path.exists()
 
     def _outcome(self, code: int) -> ChildOutcome:
         sig = ""
@@ -776,10 +851,11 @@ class Zygote:
         return self.child.proc.poll() is None
 
     def spawn(self, device: str, limits: Limits, uid: int = NOBODY, timeout: float = 60.0,
-              role: str = "candidate") -> tuple[Child, Any]:
+              role: str = "candidate", placed: Any = None) -> tuple[Child, Any]:
         """A new walled-in child and the orchestrator's end of its channel; OSError if it could not be made.
         `role` "exec" runs, unguarded, the script sent next ({"op": "exec", "source", "argv"}): tests of the
-        boundary itself."""
+        boundary itself. `placed(child)` is called once it is in its cgroup, before any of its own code runs
+        (the timing lease tracks it from there)."""
         import json
         import socket
         import struct
@@ -789,6 +865,7 @@ class Zygote:
         log_r, log_w = os.pipe()
         status_r, status_w = os.pipe()
         cgroup = MemoryCgroup.create(limits.memory_mb << 20)
+        child: ForkedChild | None = None
         done = False
         try:
             spec = {"op": "spawn", "role": role, "uid": uid, "tmp_mb": limits.tmp_mb, "file_mb": limits.file_mb,
@@ -811,17 +888,19 @@ class Zygote:
             pid = struct.unpack("3i", creds[0][:12])[0]
             pidfd = os.pidfd_open(pid)  # it waits for `placed`: alive, so this pid is still its own
             if cgroup is not None:
-                with open(cgroup.procs_file(), "w") as fh:
-                    fh.write(str(pid))
-            mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
-            mine.settimeout(None)
-            mine.sendall(b'{"op": "placed"}')
+                cgroup.place(pid)
             info = {"isolation": "bwrap", "started": "forked", "host_uid": uid,
                     "seccomp": "filter" if seccomp_program() is not None else "none",
                     "memory_limit": f"cgroup-v{cgroup.version}" if cgroup else "rlimit-data" if device == "cpu"
                     else "polled", "limit_mb": limits.memory_mb}
             child = ForkedChild(_ForkedProcess(pid, pidfd, status_r), limits,  # type: ignore[arg-type]
                                 LogDrain(log_r, limits.log_kb << 10), info, cgroup, None)
+            status_r = log_r = -1  # the child's now: closed with it
+            if placed is not None:
+                placed(child)
+            mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
+            mine.settimeout(None)
+            mine.sendall(b'{"op": "placed"}')
             done = True
             return child, mine
         finally:
@@ -831,7 +910,9 @@ class Zygote:
                         os.close(fd)
                 mine.close()
                 theirs.close()
-                if cgroup is not None:
+                if child is not None:
+                    child.close()  # kills it, closes its pidfd and status pipe, removes its cgroup
+                elif cgroup is not None:
                     cgroup.remove()
 
     def close(self) -> None:

@@ -282,12 +282,14 @@ class Judge:
             self.tell("checked", **result, spent={k: round(v, 3) for k, v in self.spent.items()})
             report = self.ask({"op": "report"}, expect="report")
             report.close()
+            if self.device == "cuda" and result["ok"]:
+                self.stage_timing(task)  # before the GPU is held alone: the timing phase only times
             self.sync()
             self.tell("candidate_report", report=_bounded(report, "report"))
             if self.device == "cuda" and result["ok"]:
                 msg = channel.recv(self.ctl)
                 if msg.get("op") == "time":
-                    self.timing(task, model, cases, msg)
+                    self.timing(model, cases)
                 else:
                     self.ended = msg.get("op") == "end"
         except CandidateFault as fault:
@@ -398,25 +400,27 @@ class Judge:
             self.tell("case_ok", case=name)
         return result
 
-    def timing(self, task: Any, model: Any, cases: Cases, msg: dict[str, Any]) -> None:
-        """The candidate times `ModelNew` against `Model` in its own process (one CUDA context: stable ratios);
-        then a fresh check case, and the judge's own wall-clock bound on the claim."""
-        import torch
-
+    def stage_timing(self, task: Any) -> None:
+        """The timing inputs are the judge's too (`timing_seed`), sent one set per message (a GPU-sized set is
+        gigabytes) while the GPU is still shared."""
         from kernelsmith.referee.timing import TimingOptions, pool_size
 
-        # The timing inputs are the judge's too, one set per message (a GPU-sized set is gigabytes).
-        opts = TimingOptions(**msg.get("timing", {}))
-        base = int(msg["timing_seed"])
+        opts = TimingOptions(**self.job.get("timing", {}))
+        base = int(self.job["timing_seed"])
         first = make_inputs(task, base, self.device)
         n_pool = pool_size(_nbytes(first), opts)
         for i in range(n_pool):
             self.ask({"op": "timing_inputs", "index": i}, first if i == 0 else make_inputs(task, base + i, self.device),
                      expect="stored").close()
-        del first
+
+    def timing(self, model: Any, cases: Cases) -> None:
+        """The candidate times `ModelNew` against `Model` in its own process (one CUDA context: stable ratios);
+        then a fresh check case, and the judge's own wall-clock bound on the claim."""
+        import torch
+
         t0 = time.perf_counter()
         reply = self.ask({"op": "time", "task_source": self.job["task_source"], "init_seed": self.job["init_seed"],
-                          "timing": msg.get("timing", {}), "tolerance": self.tol}, expect="timing")
+                          "timing": self.job.get("timing", {}), "tolerance": self.tol}, expect="timing")
         phase_wall_ms = (time.perf_counter() - t0) * 1e3
         claim = _bounded(reply, "timing")
         reply.close()
