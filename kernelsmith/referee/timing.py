@@ -35,6 +35,11 @@ class TimingOptions:
     # evaluation's number would let noise displace an incumbent.
     noise_floor: float = 0.005
     canary_every: int = 7  # compare candidate vs reference output every k-th repetition
+    # Stop before the budget once the paired log-ratios' standard error is below this (0: spend the whole
+    # budget). 0.1% gives a sample interval of about ±0.2%, already inside the ±0.5% noise floor above: more
+    # repetitions would narrow nothing the verdict reports, and the GPU is held alone meanwhile.
+    target_rse: float = 0.001
+    chunk: int = 100  # repetitions between two looks at the standard error (each look synchronises)
 
 
 @dataclass
@@ -171,30 +176,50 @@ def _reps(opts: TimingOptions, per_call_ms: float, overhead_ms: float) -> int:
     return max(opts.min_reps, min(opts.max_reps, n))
 
 
+def repeat_until_settled(run: Callable[[int, int], tuple[np.ndarray, np.ndarray]], max_reps: int,
+                         opts: TimingOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Call `run(first_rep, n)` (the times of reps first_rep..first_rep+n-1, reference and candidate) chunk by
+    chunk until `max_reps`, or sooner once the ratio is known to `opts.target_rse` (after `min_reps`)."""
+    ref_t, cand_t = np.empty(0), np.empty(0)
+    while len(ref_t) < max_reps:
+        r, c = run(len(ref_t), min(max(opts.chunk, 1), max_reps - len(ref_t)))
+        ref_t, cand_t = np.concatenate([ref_t, r]), np.concatenate([cand_t, c])
+        if opts.target_rse > 0 and len(ref_t) >= max(opts.min_reps, 2) and len(ref_t) < max_reps:
+            d = np.log(np.maximum(cand_t, 1e-9)) - np.log(np.maximum(ref_t, 1e-9))
+            if float(np.std(d, ddof=1)) / np.sqrt(len(d)) < opts.target_rse:
+                break
+    return ref_t, cand_t
+
+
 def _time_eager(ref: _Side, cand: _Side, flush: torch.Tensor, opts: TimingOptions, per_call: float,
                 outputs_match: Callable[..., bool]) -> TimingResult:
-    reps = _reps(opts, per_call, overhead_ms=0.05)
-    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-              for _ in range(2)]
     canary_failures = 0
-    for r in range(reps):
-        order = (0, 1) if r % 2 == 0 else (1, 0)  # A B, B A, ...
-        outs: list[Any] = [None, None]
-        for side_i in order:
-            side = (ref, cand)[side_i]
-            side.load(r)
-            flush.zero_()
-            s, e = events[side_i][r]
-            s.record()
-            outs[side_i] = side()
-            e.record()
-        if opts.canary_every and r % opts.canary_every == opts.canary_every // 2:
-            if not outputs_match(_flat(outs[1]), _flat(outs[0])):
-                canary_failures += 1
-    torch.cuda.synchronize()
-    ref_t = np.array([s.elapsed_time(e) for s, e in events[0]])
-    cand_t = np.array([s.elapsed_time(e) for s, e in events[1]])
-    return _summarise(ref_t, cand_t, "eager+l2flush", reps, opts, canary_failures)
+
+    def run(first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        nonlocal canary_failures
+        events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+                  for _ in range(2)]
+        for j in range(n):
+            r = first + j
+            order = (0, 1) if r % 2 == 0 else (1, 0)  # A B, B A, ...
+            outs: list[Any] = [None, None]
+            for side_i in order:
+                side = (ref, cand)[side_i]
+                side.load(r)
+                flush.zero_()
+                s, e = events[side_i][j]
+                s.record()
+                outs[side_i] = side()
+                e.record()
+            if opts.canary_every and r % opts.canary_every == opts.canary_every // 2:
+                if not outputs_match(_flat(outs[1]), _flat(outs[0])):
+                    canary_failures += 1
+        torch.cuda.synchronize()
+        return (np.array([s.elapsed_time(e) for s, e in events[0]]),
+                np.array([s.elapsed_time(e) for s, e in events[1]]))
+
+    ref_t, cand_t = repeat_until_settled(run, _reps(opts, per_call, overhead_ms=0.05), opts)
+    return _summarise(ref_t, cand_t, "eager+l2flush", len(ref_t), opts, canary_failures)
 
 
 def _time_graphs(ref: _Side, cand: _Side, opts: TimingOptions, per_call: float,
@@ -225,19 +250,22 @@ def _time_graphs(ref: _Side, cand: _Side, opts: TimingOptions, per_call: float,
             g.replay()
         torch.cuda.synchronize()
         canary_failures += 0 if outputs_match(_flat(outs[1]), _flat(outs[0])) else 1
-    reps = _reps(opts, per_call * k, overhead_ms=0.02)
-    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-              for _ in range(2)]
-    for r in range(reps):
-        for side_i in ((0, 1) if r % 2 == 0 else (1, 0)):
-            s, e = events[side_i][r]
-            s.record()
-            graphs[side_i].replay()
-            e.record()
-    torch.cuda.synchronize()
-    ref_t = np.array([s.elapsed_time(e) / k for s, e in events[0]])
-    cand_t = np.array([s.elapsed_time(e) / k for s, e in events[1]])
-    res = _summarise(ref_t, cand_t, f"cuda-graph×{k}", reps, opts, canary_failures)
+
+    def run(first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+                  for _ in range(2)]
+        for j in range(n):
+            for side_i in ((0, 1) if (first + j) % 2 == 0 else (1, 0)):
+                s, e = events[side_i][j]
+                s.record()
+                graphs[side_i].replay()
+                e.record()
+        torch.cuda.synchronize()
+        return (np.array([s.elapsed_time(e) / k for s, e in events[0]]),
+                np.array([s.elapsed_time(e) / k for s, e in events[1]]))
+
+    ref_t, cand_t = repeat_until_settled(run, _reps(opts, per_call * k, overhead_ms=0.02), opts)
+    res = _summarise(ref_t, cand_t, f"cuda-graph×{k}", len(ref_t), opts, canary_failures)
     res.extra["calls_per_graph"] = k
     return res
 

@@ -1,0 +1,42 @@
+"""The timing phase's stopping rule (the GPU side is in tests/gpu): repetitions stop once the ratio is known."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kernelsmith.referee.timing import TimingOptions, bootstrap_ratio, repeat_until_settled
+
+
+def _runner(noise: float, ratio: float = 1.25, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    calls: list[tuple[int, int]] = []
+
+    def run(first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        calls.append((first, n))
+        ref = 0.1 * np.exp(rng.normal(0, noise, n))
+        return ref, ref / ratio * np.exp(rng.normal(0, noise, n))
+
+    return run, calls
+
+
+def test_a_stable_pair_stops_early_and_keeps_its_ratio() -> None:
+    run, calls = _runner(noise=0.005)
+    opts = TimingOptions(min_reps=30, chunk=100)
+    ref_t, cand_t = repeat_until_settled(run, 3000, opts)
+    assert len(ref_t) == len(cand_t) == 100  # one chunk was enough at 0.5% noise
+    assert [first for first, _ in calls] == [0]
+    lo, hi = bootstrap_ratio(ref_t, cand_t, 500)
+    assert lo < 1.25 < hi
+
+
+def test_a_noisy_pair_spends_its_budget() -> None:
+    run, calls = _runner(noise=0.2)
+    ref_t, _ = repeat_until_settled(run, 1000, TimingOptions(chunk=100))
+    assert len(ref_t) == 1000  # 20% noise never settles to 0.1% within the budget
+    assert [first for first, _ in calls] == list(range(0, 1000, 100))  # consecutive repetition numbers
+
+
+def test_target_zero_spends_the_whole_budget() -> None:
+    run, _ = _runner(noise=0.0001)
+    ref_t, _ = repeat_until_settled(run, 450, TimingOptions(target_rse=0, chunk=100))
+    assert len(ref_t) == 450  # the last chunk is cut to the budget
