@@ -119,6 +119,27 @@ def test_timing_waits_for_work_it_cannot_freeze() -> None:
     timer.release()
 
 
+def test_a_waiting_timer_freezes_a_neighbour_once_it_names_its_sandboxes() -> None:
+    """Until an evaluation names its sandboxes it cannot be frozen and is waited for; naming them ends the wait."""
+    lease = GpuLease()
+    sandbox = FakeSandbox()
+    lease.track(sandbox)
+    starting = LeaseHolder(lease)  # its sandboxes are still being started
+    timer = LeaseHolder(lease)
+    timer.own(FakeSandbox())
+    acquired = threading.Event()
+    t = threading.Thread(target=lambda: (timer.exclusive(), acquired.set()))
+    t.start()
+    assert not acquired.wait(0.2)
+    starting.own(sandbox)
+    assert acquired.wait(5)
+    t.join()
+    assert sandbox.frozen
+    timer.release()
+    assert not sandbox.frozen
+    starting.release()
+
+
 def test_a_cgroup_freeze_stops_its_processes() -> None:
     """The kernel's freezer, as the lease uses it: a counting process makes no progress while frozen."""
     import subprocess

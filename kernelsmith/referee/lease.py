@@ -138,6 +138,10 @@ class GpuLease:
                 self._timer = None
                 self._cond.notify_all()
 
+    def changed(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
     def clock(self) -> float:
         """Seconds this GPU has been held exclusively so far (the current phase included): the time every
         other evaluation spent frozen."""
@@ -183,6 +187,8 @@ class LeaseHolder:
 
     def own(self, *sandboxes: Freezable) -> None:
         self.sandboxes = list(sandboxes)
+        if self.lease is not None:
+            self.lease.changed()  # a timing request waiting for this holder may now freeze it instead
 
     def freezable(self) -> bool:
         return bool(self.sandboxes) and all(s.freezable() for s in self.sandboxes)
