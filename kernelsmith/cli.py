@@ -122,7 +122,7 @@ def evolve_command(
 ) -> None:
     """Evolve a faster, verified Triton kernel for TASK."""
     from kernelsmith.task import TaskError, parse_overrides
-    from kernelsmith.workshop.config import ConfigError, load_config
+    from kernelsmith.workshop.config import ConfigError, RunConfig, load_config, resume_config
     from kernelsmith.workshop.llm import LLMError
     from kernelsmith.workshop.proposers import ProposerUnavailable
     from kernelsmith.workshop.run import evolve
@@ -134,8 +134,15 @@ def evolve_command(
             flags["models"] = [{"name": model, "base_url": base_url, "api_key_env": api_key_env}]
         if set_:
             flags["overrides"] = parse_overrides(set_)
-        cfg = load_config(config, flags)
-        summary = evolve(cfg, resume=resume, replay=replay, seed_program=seed_program, display=live_display)
+        changed: dict = {}
+        if resume:  # the run's own settings; a flag may only change what a resume may change
+            where = run_dir or (load_config(config).run_dir if config else RunConfig().run_dir)
+            cfg, changed = resume_config(where, config, {k: v for k, v in flags.items() if k != "run_dir"})
+            cfg.run_dir = Path(where)
+        else:
+            cfg = load_config(config, flags)
+        summary = evolve(cfg, resume=resume, replay=replay, seed_program=seed_program, display=live_display,
+                         changed=changed)
     except (ConfigError, TaskError, ProposerUnavailable, LLMError, ValueError) as exc:
         raise bad_input(str(exc)) from None
     out.print(f"\n[bold]best[/]: {summary['best_id']} ({summary['best_status']}, speedup {summary['best_speedup']}) "

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from openai_stub import OpenAIStub, Reply
 
+from kernelsmith.workshop.config import ConfigError
+
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "tests" / "candidates" / "task_relu.py"
 KEY = "sk-test-evolve-0123456789abcdef"
@@ -215,3 +217,63 @@ def test_no_model_says_what_to_configure(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "needs a model" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "r").exists()  # nothing half-made is left behind
+
+
+def test_a_run_dir_is_run_by_one_process_at_a_time(tmp_path: Path) -> None:
+    """A second process on a run dir in use is refused at start, naming the holder; the lock a `kill -9` left
+    is taken over at once."""
+    from kernelsmith.workshop.run import RunLock
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.db").touch()
+    (run_dir / "config.yaml").write_text(f"task: {TASK}\ndevice: cpu\nproposer: offline\nrun_dir: {run_dir}\n")
+    held = RunLock(run_dir)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", "from kernelsmith.cli import app; app()", "evolve", "--run-dir", str(run_dir),
+             "--resume"],
+            capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "another kernelsmith process is running this run" in proc.stderr + proc.stdout
+        assert f"pid {os.getpid()}" in proc.stderr + proc.stdout
+        assert "Traceback" not in proc.stderr
+    finally:
+        held.release()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from kernelsmith.workshop.run import RunLock; "
+                               f"RunLock(__import__('pathlib').Path({str(run_dir)!r})); print('held', flush=True); "
+                               "time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"pid {holder.pid}"):
+            RunLock(run_dir)
+    finally:
+        holder.kill()  # SIGKILL: no clean-up ran
+        holder.wait()
+    RunLock(run_dir).release()  # the stale lock is taken over
+
+
+def test_resume_takes_the_runs_own_settings(tmp_path: Path) -> None:
+    """`--resume --run-dir D` needs nothing else: the task, device and population are the run's; more rounds are
+    recorded; a flag that contradicts the run is refused before anything runs."""
+    run_dir = tmp_path / "run"
+    cli = [sys.executable, "-c", "from kernelsmith.cli import app; app()", "evolve"]
+    first = subprocess.run(cli + [str(TASK), "--device", "cpu", "--proposer", "offline", "--rounds", "1",
+                                  "--population", "1", "--run-dir", str(run_dir)],
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    rounds_before = db_rows(run_dir, "select count(distinct round) from programs")[0][0]
+    refused = subprocess.run(cli + ["--resume", "--run-dir", str(run_dir), "--population", "3"],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "'population' is 1 in this run, 3 asked" in refused.stderr + refused.stdout
+    more = subprocess.run(cli + ["--resume", "--run-dir", str(run_dir), "--rounds", "2", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=600)
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert db_rows(run_dir, "select count(distinct round) from programs")[0][0] == rounds_before + 1
+    from kernelsmith.workshop.run import RUN_ID
+    from kernelsmith.workshop.store import RunStore
+
+    changes = RunStore(run_dir / "run.db").counter(RUN_ID, "settings_changes")
+    assert changes[0]["changed"] == {"rounds": [1, 2]}
+    assert "rounds: 2" in (run_dir / "config.yaml").read_text()

@@ -114,3 +114,37 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, origin if not flags else f"{origin} + flags")) from None
+
+
+# Settings a resumed run may change (recorded in the run): how long it goes on, what it may spend, how much it
+# evaluates at once. Everything else is the run's: a different value would make it a different run.
+MAY_CHANGE_ON_RESUME = ("rounds", "max_total_tokens", "max_cost_usd", "eval_workers", "concurrency",
+                        "request_timeout_s", "max_retries")
+
+
+def resume_config(run_dir: Path, path: str | Path | None = None,
+                  overrides: dict[str, Any] | None = None) -> tuple[RunConfig, dict[str, Any]]:
+    """The settings of the run in `run_dir` (its `config.yaml`), with the changes a resume may make; a setting
+    (flag or `path`'s) that contradicts the run is refused, naming both values. Returns the config and what
+    changed ({setting: [was, now]})."""
+    recorded_file = Path(run_dir) / "config.yaml"
+    if not recorded_file.is_file():
+        raise ConfigError(f"{run_dir}: no run to resume (no config.yaml)")
+    recorded = load_config(recorded_file).model_dump(mode="json")
+    asked = load_config(path).model_dump(mode="json", exclude_unset=True) if path is not None else {}
+    asked.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    asked.pop("run_dir", None)
+    changed: dict[str, Any] = {}
+    for key, value in asked.items():
+        try:
+            now = RunConfig.model_validate({**recorded, key: value}).model_dump(mode="json")[key]
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, "command line")) from None
+        if now == recorded.get(key):
+            continue
+        if key not in MAY_CHANGE_ON_RESUME:
+            raise ConfigError(f"{run_dir}: setting '{key}' is {recorded.get(key)!r} in this run, {now!r} asked; a "
+                              f"resumed run keeps its settings (only {', '.join(MAY_CHANGE_ON_RESUME)} may change)")
+        changed[key] = [recorded.get(key), now]
+    config = RunConfig.model_validate({**recorded, **{k: v[1] for k, v in changed.items()}})
+    return config, changed

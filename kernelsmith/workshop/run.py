@@ -102,15 +102,68 @@ def _cached(store: RunStore, inner: Any) -> CachedProposer:
     return CachedProposer(inner, lookup, record)
 
 
-def prepare_run_dir(config: RunConfig, resume: bool) -> Path:
+class RunLock:
+    """One process per run dir: an exclusive `flock` on `run.lock`, held while the run goes on. The kernel drops
+    it when its holder exits, however it exits, so the lock a `kill -9` left behind is taken over by the next
+    process at once (and atomically: of two that start together, one wins). The file names the holder."""
+
+    def __init__(self, run_dir: Path):
+        import fcntl
+        import json
+        import os
+        import socket as _socket
+        import sys
+
+        self.path = run_dir / "run.lock"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.pread(self.fd, 4096, 0) or b"{}")
+            except ValueError:
+                holder = {}
+            os.close(self.fd)
+            who = ", ".join(f"{k} {holder[k]}" for k in ("pid", "host", "since") if k in holder) or "unknown"
+            raise ConfigError(f"{run_dir}: another kernelsmith process is running this run ({who}); "
+                              "wait for it to end or stop it first") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, json.dumps({"pid": os.getpid(), "host": _socket.gethostname(),
+                                       "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                       "argv": sys.argv[:8]}).encode(), 0)
+
+    def release(self) -> None:
+        import os
+
+        if self.fd >= 0:
+            os.close(self.fd)  # the flock goes with the last descriptor
+            self.fd = -1
+
+
+def prepare_run_dir(config: RunConfig, resume: bool) -> tuple[Path, RunLock]:
+    """The run dir, locked for this process: checked for a run to resume (or none to overwrite) only once the
+    lock is held, so two processes cannot both start a new run there."""
     run_dir = config.run_dir
     db = run_dir / "run.db"
-    if db.exists() and not resume:
-        raise ConfigError(f"{run_dir}: a run is already here; pass --resume to continue it, or choose --run-dir")
-    if resume and not db.exists():
-        raise ConfigError(f"{run_dir}: no run to resume (no run.db)")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+
+    def check() -> None:
+        if db.exists() and not resume:
+            raise ConfigError(f"{run_dir}: a run is already here; pass --resume to continue it, or choose --run-dir")
+        if resume and not db.exists():
+            raise ConfigError(f"{run_dir}: no run to resume (no run.db)")
+
+    check()  # before anything is made there
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{run_dir}: cannot create the run dir ({exc.strerror})") from None
+    lock = RunLock(run_dir)
+    try:
+        check()  # again under the lock: another process may have started a run here meanwhile
+    except ConfigError:
+        lock.release()
+        raise
+    return run_dir, lock
 
 
 def _remote_judge(config: RunConfig, task: Any) -> Any:
@@ -143,11 +196,10 @@ def _remote_judge(config: RunConfig, task: Any) -> Any:
 
 
 def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = None, seed_program: Path | None = None,
-           display: Any = None) -> dict[str, Any]:
-    """Run (or resume, or replay) an evolution; returns the summary written to `summary.json`."""
-    from kernelsmith.referee.pool import LocalPool
+           display: Any = None, changed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run (or resume, or replay) an evolution; returns the summary written to `summary.json`. `changed`: the
+    settings a resume changed (`config.resume_config`), recorded in the run."""
     from kernelsmith.task import Task
-    from kernelsmith.workshop.hardware import probe_hardware
 
     if config.task is None:
         raise ConfigError("setting 'task': no task file given")
@@ -156,10 +208,26 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
     recorded = Path(replay) / "run.db" if replay is not None else None
     if recorded is not None and not recorded.exists():
         raise ConfigError(f"{replay}: no recorded run to replay (no run.db)")
-    run_dir = prepare_run_dir(config, resume)
+    run_dir, lock = prepare_run_dir(config, resume)
+    try:
+        return _evolve_locked(config, task, inner, recorded, run_dir, seed_program, display, changed or {})
+    finally:
+        lock.release()
+
+
+def _evolve_locked(config: RunConfig, task: Any, inner: Any, recorded: Path | None, run_dir: Path,
+                   seed_program: Path | None, display: Any, changed: dict[str, Any]) -> dict[str, Any]:
+    from kernelsmith.referee.pool import LocalPool
+    from kernelsmith.workshop.hardware import probe_hardware
+
     store = RunStore(run_dir / "run.db")
     if store.run(RUN_ID) is None:
         store.create_run(config.model_dump(mode="json"), run_id=RUN_ID)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    elif changed:  # a resume that goes on longer (or spends more): the run's settings are now these
+        history = store.counter(RUN_ID, "settings_changes") or []
+        store.set_counter(RUN_ID, "settings_changes", history + [{"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                                                   "changed": changed}])
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     if recorded is not None:
         proposer = _cached(RunStore(recorded), None)
