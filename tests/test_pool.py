@@ -147,7 +147,7 @@ def test_a_cgroup_freeze_stops_its_processes() -> None:
 
     from kernelsmith.referee.sandbox import MemoryCgroup
 
-    cg = MemoryCgroup.create(256 << 20)
+    cg = MemoryCgroup.create(256 << 20, freezer=True)
     if cg is None or not cg.can_freeze():
         pytest.skip("no freezable cgroup this process may create")
     counter = subprocess.Popen([sys.executable, "-c", "import itertools, sys\nfor i in itertools.count():\n"

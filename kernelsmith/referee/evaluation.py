@@ -216,9 +216,7 @@ class _Judges:
                     return child, ctl
             except (channel.ChannelError, TimeoutError):
                 pass
-            child.kill()
-            ctl.close()
-            child.close()
+            _discard(child, ctl)
 
     def give(self, key: tuple, child: Child, ctl: socket.socket, keep: int) -> bool:
         """Tell the judge its evaluation is over and keep it for the next (False: not kept, close it)."""
@@ -234,14 +232,17 @@ class _Judges:
             while len(self._idle) > self.MAX_IDLE:
                 evicted.append(self._idle.pop(0))
         for _, old, old_ctl in evicted:
-            old.kill()
-            old_ctl.close()
-            old.close()
+            _discard(old, old_ctl)
         return True
 
     def pids(self) -> list[int]:
         with self._lock:
             return [child.proc.pid for _, child, _ in self._idle]
+
+
+def _discard(judge: Child, ctl: socket.socket) -> None:
+    ctl.close()
+    judge.close()  # kills it first if it still runs
 
 
 JUDGES = _Judges()
@@ -530,7 +531,7 @@ def _run(ruling: _Ruling, session: _Session, deadline: float) -> Verdict:
                 session.stop(judge_done=True)  # nothing more is asked of the candidate
                 return ruling.end(None, log=session.cand.log())
             queued = time.monotonic()
-            ruling.hold.exclusive()  # waits until no other evaluation works on this GPU
+            ruling.hold.exclusive()  # the GPU alone: the other sandboxes on it frozen (lease.py)
             deadline += time.monotonic() - queued  # nor is waiting for another candidate's timing
             ruling.phase("lease_wait")
             session.send({"op": "time"})

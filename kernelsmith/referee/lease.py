@@ -8,7 +8,7 @@ never overlap, and nothing else runs beside one:
   sandbox on the GPU (their cgroups, `cgroup.freeze`: the kernel stops every process in them) and thaws them
   when it is done; their deadlines are extended by the time they spent frozen. A candidate that hangs in its
   correctness phase therefore stalls no one. Work that cannot be frozen (a holder whose sandboxes have no
-  cgroup v2, e.g. an ordinary user's, or one that named none) is waited for instead, with writer preference:
+  freezable cgroup, e.g. an ordinary user's, or one that has not named them yet) is waited for instead, with writer preference:
   once a timing request waits for it, no new holder starts.
 - Across processes (whoever submits: workshop, coach, bench, pool, two runs on one machine), each process holds
   a lock file per GPU (`flock`): shared while any of its evaluations works, exclusive while one of them times.
@@ -58,7 +58,8 @@ class FileLease:
         self.mode = ""
 
     def set(self, mode: str) -> None:
-        """"" (unlocked), "shared" or "exclusive"; blocks while another process's lock conflicts."""
+        """Move this process's lock to `mode` ("", "shared" or "exclusive"); blocks while another process's lock
+        conflicts."""
         if mode != self.mode:
             fcntl.flock(self.fd, {"": fcntl.LOCK_UN, "shared": fcntl.LOCK_SH, "exclusive": fcntl.LOCK_EX}[mode])
             self.mode = mode
@@ -108,13 +109,11 @@ class GpuLease:
         with self._cond:
             self._working.discard(holder)
             self._waiting += 1
-            holder.waiting = True
             try:
                 self._cond.wait_for(lambda: self._timer is None and not any(
                     not h.freezable() for h in self._working))
             finally:
                 self._waiting -= 1
-                holder.waiting = False
             self._timer = holder
             self._since = time.monotonic()
             own = {id(s) for s in holder.sandboxes}
@@ -178,7 +177,6 @@ class LeaseHolder:
         self.lease = lease if lease is not None or key is None else lease_for(key)
         self.sandboxes: list[Freezable] = []
         self.mode = ""
-        self.waiting = False
         self.clock0 = 0.0
         self._own_s = 0.0  # of the lease's exclusive time, this holder's own timing
         if self.lease is not None:

@@ -277,7 +277,9 @@ class MemoryCgroup:
         self.freezer = freezer  # v1: a cgroup of the same name in the freezer hierarchy (v2 has cgroup.freeze)
 
     @classmethod
-    def create(cls, limit_bytes: int) -> MemoryCgroup | None:
+    def create(cls, limit_bytes: int, freezer: bool = False) -> MemoryCgroup | None:
+        """`freezer`: v1 only, also make the freezer cgroup (the timing lease freezes GPU sandboxes; v2 always
+        can)."""
         name = f"kernelsmith-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
         for version, parent in _cgroup_parents():
             path = parent / name
@@ -293,18 +295,15 @@ class MemoryCgroup:
                         (path / "pids.max").write_text(str(PIDS_MAX))
                 else:
                     (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
-                    return cls(path, version, _v1_freezer(name))
+                    return cls(path, version, _v1_freezer(name) if freezer else None)
                 return cls(path, version)
             except OSError:
                 path.rmdir()
         return None
 
-    def procs_file(self) -> str:
-        return str(self.path / "cgroup.procs")
-
     def procs_files(self) -> list[str]:
         """Where a process is written to join it (two files on v1 with a freezer)."""
-        return [self.procs_file()] + ([str(self.freezer / "cgroup.procs")] if self.freezer else [])
+        return [str(self.path / "cgroup.procs")] + ([str(self.freezer / "cgroup.procs")] if self.freezer else [])
 
     def place(self, pid: int) -> None:
         for name in self.procs_files():
@@ -343,10 +342,12 @@ class MemoryCgroup:
                 os.kill(int(pid), signal.SIGKILL)
         except (OSError, ValueError):
             pass
+        if self.freezer is not None:
+            self.freeze(False)  # a v1-frozen task acts on SIGKILL only once thawed
 
     def freeze(self, frozen: bool, timeout: float = 2.0) -> bool:
-        """Stop (or restart) every process in it (cgroup v2's freezer): False where that is not possible. A
-        freeze waits, up to `timeout`, until the kernel reports the cgroup frozen (a task inside a driver call
+        """Stop (or restart) every process in it (v2's `cgroup.freeze`, else the v1 freezer made beside it): False
+        where that is not possible. A freeze waits, up to `timeout`, until the kernel reports the cgroup frozen (a task inside a driver call
         stops when the call returns)."""
         if self.version == 2:
             control, state, done = self.path / "cgroup.freeze", self.path / "cgroup.events", "frozen 1"
@@ -424,9 +425,9 @@ def _v1_freezer(name: str) -> Path | None:
 def _cgroup_parents() -> list[tuple[int, Path]]:
     """Writable places for a new memory cgroup, best first (swept once of those a killed referee left)."""
     found = _find_cgroup_parents()
-    freezer = [_freezer_root()] if any(v == 1 for v, _ in found) and _freezer_root() else []
-    for parent in [p for _, p in found] + freezer:
-        for stale in parent.glob("kernelsmith-*"):  # type: ignore[union-attr]
+    root = _freezer_root()
+    for parent in [p for _, p in found] + ([root] if root and any(v == 1 for v, _ in found) else []):
+        for stale in parent.glob("kernelsmith-*"):
             try:
                 pid = int(stale.name.split("-")[1])
                 if not Path(f"/proc/{pid}").exists():
@@ -591,7 +592,7 @@ class Child:
         if gpu is not None and device == "cuda":
             environ["CUDA_VISIBLE_DEVICES"] = visible_device(gpu)
         environ.update(env or {})
-        cgroup = MemoryCgroup.create(limits.memory_mb << 20) if bwrap else None
+        cgroup = MemoryCgroup.create(limits.memory_mb << 20, freezer=device == "cuda") if bwrap else None
         cmd = [sys.executable, *argv]
         if bwrap:
             tmp = str(limits.tmp_mb << 20)
@@ -864,7 +865,7 @@ class Zygote:
         mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the kernel names the sender's pid, in ours
         log_r, log_w = os.pipe()
         status_r, status_w = os.pipe()
-        cgroup = MemoryCgroup.create(limits.memory_mb << 20)
+        cgroup = MemoryCgroup.create(limits.memory_mb << 20, freezer=device == "cuda")
         child: ForkedChild | None = None
         done = False
         try:

@@ -7,6 +7,11 @@ Layout of a run dir: `run.db` (SQLite, WAL: config, programs, verdicts, prompts,
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import json
+import os
+import socket
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -108,12 +113,6 @@ class RunLock:
     process at once (and atomically: of two that start together, one wins). The file names the holder."""
 
     def __init__(self, run_dir: Path):
-        import fcntl
-        import json
-        import os
-        import socket as _socket
-        import sys
-
         self.path = run_dir / "run.lock"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
@@ -128,13 +127,11 @@ class RunLock:
             raise ConfigError(f"{run_dir}: another kernelsmith process is running this run ({who}); "
                               "wait for it to end or stop it first") from None
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, json.dumps({"pid": os.getpid(), "host": _socket.gethostname(),
+        os.pwrite(self.fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                        "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                        "argv": sys.argv[:8]}).encode(), 0)
 
     def release(self) -> None:
-        import os
-
         if self.fd >= 0:
             os.close(self.fd)  # the flock goes with the last descriptor
             self.fd = -1
