@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Set up a fresh machine: a virtual environment in .venv with kernelsmith and its dependencies.
+# Set up a fresh machine: a virtual environment in .venv with kernelsmith and what its main job needs.
+#   bash scripts/setup.sh [EXTRA ...]   EXTRA: test (pytest, ruff), service (FastAPI, Ray), coach (TRL...), dev (all)
+# The extras may also come from $KERNELSMITH_EXTRAS (comma-separated). Without any, only the core package is
+# installed: the evolution and the referee need none of the extras' gigabytes.
 # torch 2.13.0 (CPU build) comes from the local wheel cache where one exists; any torch>=2.4 works.
 set -euo pipefail
+EXTRAS=$(IFS=,; echo "${*:-${KERNELSMITH_EXTRAS:-}}" | tr ' ' ',')
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 # The referee's sandbox: bubblewrap (Debian/Ubuntu package `bubblewrap`). Without it every verdict says
@@ -21,5 +25,9 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # Pin the torch build first so nothing pulls a multi-GB CUDA wheel on a CPU machine.
 .venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q torch
-.venv/bin/python -m pip install -q -e ".[dev]"
+if [ -n "$EXTRAS" ]; then
+  .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
+else
+  .venv/bin/python -m pip install -q -e .
+fi
 .venv/bin/python -c "import kernelsmith, torch, triton; print('kernelsmith', kernelsmith.__version__, '| torch', torch.__version__, '| triton', triton.__version__)"
