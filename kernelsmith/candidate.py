@@ -15,7 +15,7 @@ BLOCK_START = "# EVOLVE-BLOCK-START"
 BLOCK_END = "# EVOLVE-BLOCK-END"
 
 
-class CandidateError(ValueError):
+class CandidateError(pyast.SourceError):
     """A candidate file that cannot be read; syntax errors are not this: they are a `compile_error` verdict."""
 
 
@@ -43,11 +43,8 @@ class Candidate:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Candidate:
-        path = Path(path)
-        try:
-            return cls(path.read_text(), str(path))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CandidateError(f"{path}: cannot read candidate file ({exc.__class__.__name__}: {exc})") from None
+        """A regular file of bounded size, decoded per PEP 263 (`pyast.read_source`); `CandidateError` if not."""
+        return cls(pyast.read_source(path, "candidate", CandidateError), str(path))
 
     @property
     def has_block(self) -> bool:

@@ -9,6 +9,9 @@ settings with what the pool decides (GPU, timing lease, spares), so a request's 
 
 from __future__ import annotations
 
+import inspect
+import math
+import typing
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -18,6 +21,13 @@ Policy = Literal["strict", "lenient"]
 Backend = Literal["triton", "cuda"]  # kernelsmith.backends.BACKEND_NAMES
 DEVICES: tuple[str, ...] = ("cuda", "cpu")
 MAX_SOURCE = 1 << 20  # characters of task or candidate source in one request
+# The timing options a request may set, each with its allowed range: a budget of 1e9 s would hold a GPU alone.
+TIMING_LIMITS: dict[str, tuple[type, float, float]] = {
+    "budget_s": (float, 0.01, 600), "min_reps": (int, 1, 100_000), "max_reps": (int, 1, 1_000_000),
+    "warmup_s": (float, 0, 60), "graph_threshold_ms": (float, 0, 1000), "pool_bytes": (int, 0, 1 << 36),
+    "bootstrap": (int, 0, 100_000), "noise_floor": (float, 0, 1), "canary_every": (int, 1, 1_000_000),
+    "target_rse": (float, 0, 1), "chunk": (int, 1, 100_000),
+}
 
 
 def check_device(device: str | None, what: str = "device") -> str | None:
@@ -47,7 +57,7 @@ class EvalSettings(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise SettingsError(describe(exc, type(self).model_fields)) from None
+            raise SettingsError(describe(exc, type(self).model_fields, model=type(self))) from None
 
     @field_validator("timing")
     @classmethod
@@ -65,8 +75,17 @@ class EvalSettings(BaseModel):
         except TypeError as exc:
             raise ValueError(str(exc)) from None
         for k, v in value.items():
-            if isinstance(v, float) and not (v == v and abs(v) != float("inf")):
-                raise ValueError(f"timing option {k}: must be a finite number")
+            if k == "graph":
+                if v not in ("auto", "on", "off"):
+                    raise ValueError(f"timing option graph {v!r}: expected auto, on or off")
+                continue
+            kind, lo, hi = TIMING_LIMITS[k]
+            number = isinstance(v, (int, float)) and not isinstance(v, bool) and (kind is float or isinstance(v, int))
+            if not number or not math.isfinite(v) or not lo <= v <= hi:
+                what = "an integer" if kind is int else "a finite number"
+                raise ValueError(f"timing option {k} {v!r}: must be {what} in [{lo:g}, {hi:g}]")
+        if value.get("min_reps", 0) > value.get("max_reps", math.inf):
+            raise ValueError("timing options: min_reps must not exceed max_reps")
         return value
 
 
@@ -91,16 +110,53 @@ class SettingsError(ValueError):
     """Settings that cannot be used; the message names each bad setting and why."""
 
 
-def describe(exc: ValidationError, known: Any = (), origin: str = "") -> str:
-    """A validation error as one line per setting ("timeout_s: Input should be a finite number")."""
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (directly, in a list, or optional), to follow a nested error's path."""
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def field_range(model: type[BaseModel] | None, loc: tuple[Any, ...] | list[Any]) -> str:
+    """The allowed range of the numeric setting at `loc` in words ("> 0 and <= 86400"); '' when unbounded."""
+    info = None
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if model is None or part not in model.model_fields:
+            return ""
+        info = model.model_fields[part]
+        model = _model_in(info.annotation)
+    bounds = []
+    for meta in info.metadata if info is not None else []:
+        for attr, sym in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")):
+            bound = getattr(meta, attr, None)
+            if isinstance(bound, (int, float)):
+                bounds.append(f"{sym} {bound:g}")
+    return " and ".join(bounds)
+
+
+def describe(exc: ValidationError, known: Any = (), origin: str = "", model: type[BaseModel] | None = None,
+             names: dict[str, str] | None = None) -> str:
+    """A validation error as one line, a clause per setting ("timeout_s nan: Input should be a finite number
+    (allowed: > 0 and <= 86400)"): the value as given and, for a bounded number, its limits. `names`: what to
+    call a setting instead (a CLI flag: {"timeout_s": "--timeout"})."""
     lines = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where = (names or {}).get(where, where)
         msg = err["msg"].removeprefix("Value error, ")
         value = err.get("input")
         if err["type"] == "extra_forbidden":
             msg = "unknown setting" + (f" (known: {', '.join(sorted(known))})" if known else "")
         elif value is None or isinstance(value, (str, int, float, bool)):
             where = f"{where} {value[:80]!r}" if isinstance(value, str) else f"{where} {value}"  # as given
+        allowed = field_range(model, err["loc"])
+        if allowed:
+            msg += f" (allowed: {allowed})"
         lines.append(f"{origin + ': ' if origin else ''}{where}: {msg}")
     return "; ".join(lines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
 import sys
 import types
 from dataclasses import dataclass, field
@@ -20,15 +21,16 @@ REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 CPU_OVERRIDES_NAME = "CPU_OVERRIDES"
 
 
-class TaskError(ValueError):
-    """A task file that cannot be used; the message names the file and the problem."""
+class TaskError(pyast.SourceError):
+    """A task file that cannot be used; the message names the file and the problem (`kind`: what it is)."""
 
 
 def parse_value(text: str) -> Any:
-    """Parse a `--set` value: a Python literal (int, float, tuple, bool) or else the bare string."""
+    """Parse a `--set` value: a Python literal (int, float, tuple, bool) or else the bare string. The value is
+    checked against the constant's own type when the task is loaded (`coerce_constant`)."""
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return text
 
 
@@ -39,9 +41,57 @@ def parse_overrides(pairs: list[str] | None) -> dict[str, Any]:
         name, sep, value = pair.partition("=")
         name = name.strip()
         if not sep or not name.isidentifier():
-            raise TaskError(f"--set {pair!r}: expected NAME=VALUE with NAME a Python identifier")
+            raise TaskError(f"--set {pair!r}: expected NAME=VALUE with NAME a Python identifier", kind="bad_override")
         out[name] = parse_value(value.strip())
     return out
+
+
+_TYPE_WORDS = {bool: "a bool (True or False)", int: "an integer", float: "a finite number", str: "a string"}
+
+
+def _coerce(value: Any, like: Any) -> Any:
+    """`value` as the type of `like` (a constant's current value); ValueError when it is not one."""
+    kind = type(like)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if math.isfinite(value):
+                return float(value)
+    elif kind is str:
+        return value if isinstance(value, str) else str(value)
+    elif kind in (tuple, list):
+        if isinstance(value, (tuple, list)):
+            types_ = {type(x) for x in like}
+            if len(types_) == 1 and next(iter(types_)) in _TYPE_WORDS:
+                value = [_coerce(x, like[0]) for x in value]
+            return kind(value)
+        raise ValueError(f"a {kind.__name__} like {like!r}")
+    else:  # None, dicts, complex...: any literal
+        return value
+    raise ValueError(_TYPE_WORDS[kind])
+
+
+def coerce_constant(name: str, value: Any, constants: dict[str, Any], path: Path | str) -> Any:
+    """An override of constant `name` as the constant's own type (`--set batch_size=abc` is refused here, before
+    any process runs the task, not as a crash in torch); `TaskError` naming the constant and the type."""
+    like = constants[name]
+    try:
+        return _coerce(value, like)
+    except ValueError as exc:
+        raise TaskError(f"{path}: cannot set {name}={value!r}: {name} is {type(like).__name__} "
+                        f"({like!r} in the task); expected {exc}", path, "bad_override") from None
 
 
 def _module_constants(tree: ast.Module) -> dict[str, Any]:
@@ -100,23 +150,17 @@ class Task:
     def load(cls, path: str | Path, overrides: dict[str, Any] | None = None, device: str = "cuda") -> Task:
         """Read `path` and apply overrides (a task's `CPU_OVERRIDES` first when `device == "cpu"`)."""
         path = Path(path)
-        try:
-            original = path.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TaskError(f"{path}: cannot read task file ({exc.__class__.__name__}: {exc})") from None
+        original = pyast.read_source(path, "task", TaskError)
         try:
             tree = pyast.parse(original, filename=str(path))
         except SyntaxError as exc:
-            raise TaskError(f"{path}:{exc.lineno}: syntax error in task: {exc.msg}") from None
-        defined = {
-            n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        }
-        defined |= {
-            t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
-        }
+            raise TaskError(f"{path}:{exc.lineno}: syntax error in task: {exc.msg}", path, "syntax") from None
+        except (ValueError, MemoryError, RecursionError) as exc:  # too deeply nested to parse
+            raise TaskError(f"{path}: cannot parse task: {exc.__class__.__name__}: {exc}", path, "syntax") from None
+        defined, star = pyast.bound_names(tree)
         missing = [name for name in REQUIRED_NAMES if name not in defined]
-        if missing:
-            raise TaskError(f"{path}: not a KernelBench task: missing {', '.join(missing)}")
+        if missing and not star:  # `from x import *` may bind them: the judge then says whether it did
+            raise TaskError(f"{path}: not a KernelBench task: missing {', '.join(missing)}", path, "not_a_task")
         constants = _module_constants(tree)
         applied: dict[str, Any] = {}
         cpu = constants.get(CPU_OVERRIDES_NAME)
@@ -127,8 +171,10 @@ class Task:
         if unknown:
             known = ", ".join(sorted(k for k in constants if k != CPU_OVERRIDES_NAME and not k.startswith("_")))
             raise TaskError(
-                f"{path}: cannot set {', '.join(unknown)}: not a module-level constant (known: {known or 'none'})"
+                f"{path}: cannot set {', '.join(unknown)}: not a module-level constant (known: {known or 'none'})",
+                path, "bad_override",
             )
+        applied = {k: coerce_constant(k, v, constants, path) for k, v in applied.items()}
         return cls(
             path=path,
             original_source=original,
@@ -137,6 +183,11 @@ class Task:
             overrides=applied,
             has_test_inputs="get_test_inputs" in defined,
         )
+
+    def size_constants(self) -> dict[str, int]:
+        """The task's integer constants as evaluated (its sizes, mostly): what `--set` can make smaller."""
+        return {k: v for k, v in self.constants.items()
+                if type(v) is int and k != CPU_OVERRIDES_NAME and not k.startswith("_")}
 
 
 def load_module(source: str, filename: str, name: str) -> types.ModuleType:

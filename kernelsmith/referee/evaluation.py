@@ -94,6 +94,12 @@ class _Ruling:
                 continue
             self.finding(str(f.name)[:100], str(f.message)[:2000], f.severity)
 
+    def task_failed(self, status: Status, kind: str, error: str, log: str = "") -> Verdict:
+        """The task's own code failed (its inputs, its reference): the verdict says so (`fault`), not as the
+        candidate's doing."""
+        self.v.fault, self.v.fault_kind = "task", kind
+        return self.end(status, error, log)
+
     def end(self, status: Status | None = None, error: str = "", log: str = "") -> Verdict:
         v = self.v
         if status is None:
@@ -485,16 +491,17 @@ def _ended(ruling: _Ruling, session: _Session, outcome: ChildOutcome) -> Verdict
     if outcome.timed_out:
         if who == "candidate":
             return ruling.end(Status.TIMEOUT, "candidate ran past the evaluation's time limit", session.cand.log())
-        return ruling.end(Status.TIMEOUT, "the task's reference ran past the evaluation's time limit",
-                         session.judge.log())
+        return ruling.task_failed(Status.TIMEOUT, "timeout", "the task's reference ran past the evaluation's "
+                                  "time limit", session.judge.log())
     if cand_out is not None and cand_out.memory_exceeded:
         return ruling.end(Status.CRASHED, f"candidate exceeded its memory limit ({opts_mb(ruling)} MB)",
                          session.cand.log())
     if outcome.memory_exceeded:
-        return ruling.end(Status.CRASHED, f"the task's reference failed: it exceeded its memory limit "
-                         f"({opts_mb(ruling)} MB)", session.judge.log())
+        return ruling.task_failed(Status.CRASHED, "memory", f"the task's reference failed: it exceeded its memory "
+                                  f"limit ({opts_mb(ruling)} MB)", session.judge.log())
     how = f"died with {outcome.signal_name}" if outcome.signal_name else f"exited with code {outcome.returncode}"
-    return ruling.end(Status.CRASHED, f"the task's reference failed: the judge {how}", session.judge.log())
+    return ruling.task_failed(Status.CRASHED, "crash", f"the task's reference failed: the judge {how}",
+                              session.judge.log())
 
 
 def _run(ruling: _Ruling, session: _Session, deadline: float) -> Verdict:
@@ -513,8 +520,9 @@ def _run(ruling: _Ruling, session: _Session, deadline: float) -> Verdict:
         elif op == "task_error":
             session.judge.wait(min(deadline, time.monotonic() + 5))  # its last words, in its log
             session.stop()
-            return ruling.end(Status.CRASHED, f"the task's reference failed: {msg.get('type')}: "
-                             f"{msg.get('message', '')}", session.judge.log() + str(msg.get("traceback", "")))
+            kind = msg.get("kind") if msg.get("kind") in ("memory", "inputs") else "error"
+            return ruling.task_failed(Status.CRASHED, kind, f"the task's reference failed: {msg.get('type')}: "
+                                      f"{msg.get('message', '')}", session.judge.log() + str(msg.get("traceback", "")))
         elif op == "candidate_fault":
             fault = msg.get("fault")
             return _candidate_fault(ruling, session, fault if isinstance(fault, dict) else {}, deadline)

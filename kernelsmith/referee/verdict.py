@@ -61,6 +61,15 @@ class Verdict:
     timing: dict[str, Any] = field(default_factory=dict)  # method, repetitions, spread
     sandbox: dict[str, Any] = field(default_factory=dict)  # what the candidate's child ran as: uid, network
     elapsed_s: float = 0.0
+    # Whose failure ended the evaluation when it was not the candidate's: "task" when the task's own code failed
+    # (its inputs, its reference), whatever `status` says; "" otherwise. The status keeps its meaning for the
+    # workshop's scores; a caller tells the task's fault from the candidate's by this field, not by `error`.
+    fault: str = ""
+    fault_kind: str = ""  # with fault "task": memory, timeout, inputs (not deterministic), error, crash
+
+    @property
+    def task_fault(self) -> bool:
+        return self.fault == "task"
 
     @property
     def correct(self) -> bool:

@@ -463,6 +463,16 @@ class TaskFault(Exception):
     """The task itself is broken (non-deterministic inputs, an error in its code): never the candidate's fault."""
 
 
+def _task_error_kind(exc: BaseException) -> str:
+    """"memory" when the task's code ran out of memory (host or device: the sizes are too large here), else
+    "error": the orchestrator's hint to the user depends on it."""
+    text = str(exc)[:2000].lower()
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text \
+            or "can't allocate memory" in text:
+        return "memory"
+    return "error"
+
+
 def _finite(x: float) -> float:
     return x if math.isfinite(x) else 1e300
 
@@ -535,12 +545,12 @@ def run_judge() -> int:
                 return 2  # a judge judges one task: the orchestrator keys its judges by the task
             judge.run(task)
         except TaskFault as exc:
-            channel.send(ctl, {"op": "task_error", "type": "TaskError", "message": str(exc)})
+            channel.send(ctl, {"op": "task_error", "type": "TaskError", "message": str(exc), "kind": "inputs"})
             return 3
         except BaseException as exc:  # noqa: BLE001 - the task's own failure, reported as the task's
             try:
                 channel.send(ctl, {"op": "task_error", "type": type(exc).__name__, "message": str(exc)[:2000],
-                                   "traceback": traceback.format_exc()[-4000:]})
+                                   "traceback": traceback.format_exc()[-4000:], "kind": _task_error_kind(exc)})
             except channel.ChannelError:
                 pass
             return 3

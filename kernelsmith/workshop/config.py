@@ -1,7 +1,8 @@
 """Every setting of an evolution run in one validated model: a YAML file, then command-line flags on top.
 
-A bad value is a `ConfigError` naming the file and the setting. Secrets are never settings: the API key
-is read from the environment variable that `api_key_env` names.
+A bad value is a `ConfigError` naming the file, the setting and, for a number, its allowed range (NaN and
+infinities are refused everywhere). Secrets are never settings: the API key is read from the environment
+variable that `api_key_env` names.
 """
 
 from __future__ import annotations
@@ -12,54 +13,61 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from kernelsmith.settings import Backend, Device, EvalSettings, Policy
+from kernelsmith import pyast
+from kernelsmith.settings import Backend, Device, EvalSettings, Policy, field_range
+
+CONFIG_FILE_BYTES = 1 << 20
 
 
-class ConfigError(ValueError):
-    """A configuration that cannot be used; the message names the setting."""
+class ConfigError(pyast.SourceError):
+    """A configuration that cannot be used; the message names the file and the setting."""
+
+    def __init__(self, message: str, file: str | Path | None = None, kind: str = "bad_config"):
+        super().__init__(message, file, kind)
 
 
 class ModelConfig(BaseModel):
     """One model of the (optionally weighted) ensemble."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    weight: float = Field(1.0, gt=0)
-    price_in_per_mtok: float = Field(0.0, ge=0)
-    price_out_per_mtok: float = Field(0.0, ge=0)
+    weight: float = Field(1.0, gt=0, le=1e6)
+    price_in_per_mtok: float = Field(0.0, ge=0, le=1e6)
+    price_out_per_mtok: float = Field(0.0, ge=0, le=1e6)
 
 
 class RunConfig(BaseModel):
-    """Defaults follow the Kernel-Smith recipe (40 rounds, temperature 0.6, top-p 0.95, full rewrites)."""
+    """Defaults follow the Kernel-Smith recipe (40 rounds, temperature 0.6, top-p 0.95, full rewrites). Every
+    number is finite and bounded: a limit a run could never use is a typo caught before the run starts."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     task: Path | None = None
-    rounds: int = Field(40, ge=1)
-    population: int = Field(8, ge=1, description="children proposed per round")
-    islands: int = Field(4, ge=1)
-    migration_interval: int = Field(5, ge=1)
-    hall_of_fame: int = Field(16, ge=1)
-    inspirations: int = Field(3, ge=0)
-    failures_in_prompt: int = Field(3, ge=0)
+    rounds: int = Field(40, ge=1, le=100_000)
+    population: int = Field(8, ge=1, le=4096, description="children proposed per round")
+    islands: int = Field(4, ge=1, le=1024)
+    migration_interval: int = Field(5, ge=1, le=100_000)
+    hall_of_fame: int = Field(16, ge=1, le=100_000)
+    inspirations: int = Field(3, ge=0, le=64)
+    failures_in_prompt: int = Field(3, ge=0, le=64)
     models: list[ModelConfig] = Field(default_factory=list, description="empty: the offline proposer")
     proposer: Literal["auto", "llm", "offline", "mixed"] = Field(
         "auto", description="auto: the model when one is configured, else offline; mixed: model and tuner alternate")
     temperature: float = Field(0.6, ge=0, le=2)
     top_p: float = Field(0.95, gt=0, le=1)
-    max_tokens: int = Field(8192, ge=1)
-    request_timeout_s: float = Field(300, gt=0)
-    max_retries: int = Field(4, ge=0)
-    concurrency: int = Field(4, ge=1, description="model requests in flight")
-    eval_workers: int = Field(1, ge=1, description="evaluations in flight")
-    max_total_tokens: int | None = Field(None, ge=1)
-    max_cost_usd: float | None = Field(None, gt=0)
+    max_tokens: int = Field(8192, ge=1, le=10_000_000)
+    request_timeout_s: float = Field(300, gt=0, le=86400)
+    max_retries: int = Field(4, ge=0, le=100)
+    concurrency: int = Field(4, ge=1, le=4096, description="model requests in flight")
+    eval_workers: int = Field(1, ge=1, le=1024, description="evaluations in flight")
+    max_total_tokens: int | None = Field(None, ge=1, le=10**15)
+    max_cost_usd: float | None = Field(None, gt=0, le=1e9)
     response_mode: Literal["full", "diff"] = "full"
     device: Device = "cuda"
     policy: Policy = "strict"
     backend: Backend = Field("triton", description="kernel language: triton, or cuda (load_inline)")
-    eval_timeout_s: float = Field(300, gt=0, le=86400, allow_inf_nan=False)
+    eval_timeout_s: float = Field(300, gt=0, le=86400)
     referee_url: str | None = Field(None, description="a `kernelsmith serve` URL: evaluate there, not here")
     referee_token_env: str = Field("KERNELSMITH_TOKEN", description="variable holding the service's token")
     overrides: dict[str, Any] = Field(default_factory=dict, description="task constants (--set)")
@@ -82,38 +90,50 @@ class RunConfig(BaseModel):
 
 
 def _describe(exc: ValidationError, origin: str) -> str:
+    """One line: a clause per bad setting, with the value given and a number's allowed range."""
     lines = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown setting (known: {', '.join(sorted(RunConfig.model_fields))})"
+        else:
+            value = err.get("input")
+            if value is None or isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) < 80):
+                msg += f" (got {value!r})"
+            allowed = field_range(RunConfig, err["loc"])
+            if allowed:
+                msg += f" (allowed: {allowed})"
         lines.append(f"{origin}: setting '{where}': {msg}")
-    return "\n".join(lines)
+    return "; ".join(lines)
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Read `path` (YAML) if given, apply `overrides` (flags; None values are ignored), validate."""
+    """Read `path` (YAML: a regular file of at most 1 MiB) if given, apply `overrides` (flags; None values are
+    ignored), validate."""
     data: dict[str, Any] = {}
     origin = "command line"
     if path is not None:
         path = Path(path)
         origin = str(path)
+        raw = pyast.read_bytes(path, "config", ConfigError, limit=CONFIG_FILE_BYTES)
         try:
-            loaded = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read config ({exc.__class__.__name__}: {exc})") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            loaded = yaml.safe_load(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})",
+                              path, "encoding") from None
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}", path, "syntax") from None
         if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
+            raise ConfigError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}", path)
         data.update(loaded or {})
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}
     data.update(flags)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, origin if not flags else f"{origin} + flags")) from None
+        raise ConfigError(_describe(exc, origin if not flags else f"{origin} + flags"),
+                          path if path is not None and not flags else None) from None
 
 
 # Settings a resumed run may change (recorded in the run): how long it goes on, what it may spend, how much it
@@ -129,7 +149,7 @@ def resume_config(run_dir: Path, path: str | Path | None = None,
     changed ({setting: [was, now]})."""
     recorded_file = Path(run_dir) / "config.yaml"
     if not recorded_file.is_file():
-        raise ConfigError(f"{run_dir}: no run to resume (no config.yaml)")
+        raise ConfigError(f"{run_dir}: no run to resume (no config.yaml)", run_dir, "no_run")
     recorded = load_config(recorded_file).model_dump(mode="json")
     asked = load_config(path).model_dump(mode="json", exclude_unset=True) if path is not None else {}
     asked.update({k: v for k, v in (overrides or {}).items() if v is not None})
