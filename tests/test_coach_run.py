@@ -40,7 +40,9 @@ def test_store_holds_prompt_and_response_of_every_step(run_dir: Path) -> None:
     programs = store.programs("main")
     prompts = store.prompts("main")
     assert len(prompts) == 4  # 2 rounds x 2 children; round 0's second child duplicated the first (not stored)
-    assert all(store.cached_response(p["hash"]) for p in prompts)
+    answers = {a["child"]: a for a in store.answers("main")}  # every child's own answer, under its name
+    assert all(answers[p["child"]]["prompt_hash"] == p["hash"] for p in prompts)
+    assert sorted(a["outcome"] for a in answers.values()) == ["duplicate", "program", "program", "program"]
     store.close()
     (run,) = load_steps([run_dir])
     assert not run.unlinked and len(run.steps) == len(programs) == 3

@@ -368,3 +368,19 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after({"retry-after": "soon"}) is None
     assert parse_retry_after({"retry-after": "inf"}) is None
     assert parse_retry_after({}) is None and parse_retry_after(None) is None
+
+
+def test_each_child_is_sampled_with_its_own_reproducible_seed(stub: OpenAIStub) -> None:
+    """Siblings share a prompt; the per-child sampling seed is what gives each its own answer on a seeded server
+    (vLLM, SGLang, ...), and the same child the same answer again. `send_seed=False` leaves it out."""
+
+    async def body(client: LLMClient) -> None:
+        for key in ("r1c0", "r1c1", "r1c0"):
+            await client.complete(MESSAGES, rng_key=key)
+        client.models = [spec(stub, send_seed=False)]
+        await client.complete(MESSAGES, rng_key="r1c0")
+
+    run_with([spec(stub)], body, seed=7)
+    seeds = [r.body.get("seed") for r in stub.requests]
+    assert isinstance(seeds[0], int) and 0 <= seeds[0] < 2**31
+    assert seeds[0] == seeds[2] != seeds[1] and seeds[3] is None

@@ -302,3 +302,35 @@ def test_prompt_recorded_once_per_child_and_old_databases_gain_the_column(tmp_pa
     store.add_prompt(run, "round 2 prompt", round=2, child="r2c0")
     assert store.prompts(run)[-1]["child"] == "r2c0"
     store.close()
+
+
+def test_answers_are_kept_by_child_first_wins_with_their_outcome(store):
+    """Two siblings asked the same prompt get two answers, each under its own name; a second answer for the
+    same child is refused (a resume can never pair a child with another answer); the outcome is written with
+    the program, in its transaction."""
+    run = store.create_run({"task": "t.py"})
+    h = text_hash("the same prompt")
+    assert store.add_answer(run, "r0c0", h, "m", "answer A", {"prompt_tokens": 10, "cost_usd": 0.5})
+    assert store.add_answer(run, "r0c1", h, "m", "answer B", spent=False)
+    assert not store.add_answer(run, "r0c0", h, "m", "answer C")
+    a = store.answer(run, "r0c0")
+    assert (a["text"], a["usage"], a["spent"], a["outcome"]) == ("answer A", {"prompt_tokens": 10, "cost_usd": 0.5},
+                                                                 True, None)
+    store.add_program(run, "code A", name="r0c0", outcome="program", pending=True)
+    store.set_answer_outcome(run, "r0c1", "duplicate")
+    assert [(x["child"], x["outcome"], x["spent"]) for x in store.answers(run)] == [
+        ("r0c0", "program", True), ("r0c1", "duplicate", False)]
+    with pytest.raises(StoreError):
+        store.set_answer_outcome(run, "r0c1", "lost")
+    with pytest.raises(StoreError):
+        store.add_answer("no-such-run", "r0c0", h, "m", "x")
+    assert store.last_write(run) >= store.answer(run, "r0c1")["created"]
+
+
+def test_counters_set_together(store):
+    run = store.create_run({"task": "t.py"})
+    store.set_counters(run, {"rounds_done": 3, "progress": {"evaluated": 12}})
+    store.set_counters(run, {"rounds_done": 4})
+    assert store.counters(run) == {"progress": {"evaluated": 12}, "rounds_done": 4}
+    with pytest.raises(StoreError):
+        store.set_counters("no-such-run", {"rounds_done": 1})

@@ -13,8 +13,10 @@ the messages and checks them against the stored digest (the sha256 of the messag
 byte-for-byte the one the model saw (`prompt_verified`; False only where the store redacted a key-shaped
 string, which changes the text).
 
-Responses are looked up in the run's own database first, then in every other run dir given in the same call:
-a `--replay` run records no responses of its own (they stay in the recorded run), so pass both dirs.
+Runs recorded since answers are kept per child (store schema 2) link a program to its prompt and answer by the
+child's name directly, and a `--replay` run holds copies of the answers it replayed. For older runs, responses
+are looked up in the run's own database first, then in every other run dir given in the same call (an old
+`--replay` run recorded no responses of its own), so pass both dirs.
 """
 
 from __future__ import annotations
@@ -266,6 +268,8 @@ def _run_steps(run_dir: Path, key: str, store: RunStore, run: dict[str, Any], po
     candidates: dict[tuple[int, int, int | None], list[dict[str, Any]]] = {}
     for pr in prompts:
         candidates.setdefault((pr["round"], pr["island"], pr["parent_id"]), []).append(pr)
+    by_child = {pr["child"]: pr for pr in prompts if pr.get("child")}
+    answers = {a["child"]: a for a in store.answers(run_id)}
 
     steps: list[Step] = []
     unlinked: Counter = Counter()
@@ -280,11 +284,14 @@ def _run_steps(run_dir: Path, key: str, store: RunStore, run: dict[str, Any], po
         found: tuple[dict[str, Any], dict[str, Any]] | None = None
         reason = "no prompt with this round, island and parent"
         seen_hashes: set[str] = set()
-        for pr in candidates.get((prog["round"], prog["island"], prog["parent_id"]), []):
+        # The run's own record first (schema 2): the child's prompt and its answer, both keyed by its name;
+        # runs recorded before answers were kept per child are linked by their prompts' cached responses.
+        own = [by_child[prog["name"]]] if prog["name"] in by_child and prog["name"] in answers else []
+        for pr in own or candidates.get((prog["round"], prog["island"], prog["parent_id"]), []):
             if pr["hash"] in seen_hashes:
                 continue
             seen_hashes.add(pr["hash"])
-            hit = pool.get(pr["hash"], key)
+            hit = answers[prog["name"]] if own else pool.get(pr["hash"], key)
             if hit is None:
                 reason = "response not in any given run's response cache"
                 continue

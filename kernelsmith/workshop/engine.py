@@ -1,11 +1,14 @@
 """The evolution loop: rounds of propose → evaluate → archive, resumable after a crash and replayable.
 
-Determinism is what makes resume exact: child `i` of round `r` draws its parent and inspirations from a
-random stream seeded by `(seed, r, i)`, and a round's results enter the archive in child order only when
-the round is complete. A resumed run therefore rebuilds the same archive, sends the same prompts, gets the
-same responses (from the run's response cache), finds the same programs' verdicts in the store, and
-evaluates only what was in flight when it stopped. Within a round, proposals and evaluations overlap:
-each child is its own task, bounded by the model's and the evaluators' concurrency limits.
+Determinism is what makes resume exact: child `i` of round `r` (named "r{r}c{i}") draws its parent and
+inspirations from a random stream seeded by `(seed, r, i)`, and a round's results enter the archive in child
+order only when the round is complete. A resumed run therefore rebuilds the same archive, sends the same
+prompts, gets each child's own recorded answer back (answers are keyed by the child's name, never by the
+prompt, which siblings often share), finds the same programs' verdicts in the store, and evaluates only what
+was in flight when it stopped. The progress counters, the spending and the elapsed time are checkpointed with
+each finished round (in the transaction that finishes it) and the round in progress is counted again as it is
+redone, so a resumed run ends with the numbers the uninterrupted one would have. Within a round, proposals and
+evaluations overlap: each child is its own task, bounded by the model's and the evaluators' concurrency limits.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from kernelsmith.workshop.archive import Archive, Program
 from kernelsmith.workshop.config import RunConfig
 from kernelsmith.workshop.parse import ParseError, parse_response
 from kernelsmith.workshop.prompt import build_prompt, load_templates
-from kernelsmith.workshop.proposers import Proposal, ProposalContext, Proposer
+from kernelsmith.workshop.proposers import Proposal, ProposalContext, Proposer, charge
 
 
 def _order(p: Program) -> tuple[int, int]:
@@ -63,6 +66,18 @@ class Progress:
     def note(self, text: str) -> None:
         self.events = (self.events + [text])[-8:]
 
+    COUNTED = ("proposed", "evaluated", "correct", "duplicates", "unusable", "tokens", "cost_usd")
+
+    def counts(self) -> dict[str, Any]:
+        """The counters a run keeps across a resume."""
+        d = asdict(self)
+        return {k: d[k] for k in self.COUNTED}
+
+    def load_counts(self, counts: dict[str, Any]) -> None:
+        for k in self.COUNTED:
+            if k in counts:
+                setattr(self, k, type(getattr(self, k))(counts[k]))
+
 
 @dataclass(frozen=True)
 class ChildResult:
@@ -83,6 +98,8 @@ class Engine:
         self.templates = load_templates(config.templates_dir)
         self.eval_slots = asyncio.Semaphore(config.eval_workers)
         self.archive = self._new_archive()
+        self._elapsed_before = 0.0  # time spent on this run by earlier processes (resume)
+        self._started = time.monotonic()
 
     def _new_archive(self) -> Archive:
         c = self.config
@@ -91,9 +108,22 @@ class Engine:
 
     # -- resume -------------------------------------------------------------------------------------------------
     def restore(self) -> int:
-        """Rebuild the archive from the store; return the first round still to run."""
+        """Rebuild the archive, the counters and the spending from the store; return the first round to run."""
         done = self.store.counter(self.run_id, "rounds_done") or 0
-        kept = [p for p in self.store.archived_programs(self.run_id) if p.round < done]
+        snapshot = self.store.counter(self.run_id, "progress")
+        if snapshot:  # the counters as the last finished round (or the seed) left them
+            self.progress.load_counts(snapshot)
+            charge(self.proposer, int(snapshot.get("tokens", 0)), float(snapshot.get("cost_usd", 0.0)))
+        # Time: what earlier processes checkpointed, plus what the last one did after its checkpoint until its
+        # last write (a killed process loses no more than the time since its last write).
+        since = float(snapshot["at"]) if snapshot else self.store.created(self.run_id)
+        last = self.store.last_write(self.run_id)
+        self._elapsed_before = float(snapshot.get("elapsed_s", 0.0)) if snapshot else 0.0
+        if since is not None and last is not None and last > since:
+            self._elapsed_before += last - since
+        seeded = bool(snapshot and snapshot.get("seeded"))
+        kept = [p for p in self.store.archived_programs(self.run_id)
+                if p.round < done and (p.id != SEED_ID or seeded)]  # an unsnapshotted seed is counted again
         kept.sort(key=_order)
         for i, p in enumerate(kept):  # exactly what the uninterrupted run did: a round's adds, then migration
             self.archive.add(p)
@@ -105,7 +135,8 @@ class Engine:
     # -- one child ----------------------------------------------------------------------------------------------
     async def _evaluate(self, pid: str, candidate: Candidate) -> dict[str, Any]:
         stored = self.store.verdict_for(self.run_id, pid)
-        if stored is not None:
+        if stored is not None:  # judged by an earlier process in a round being redone: counted in this round
+            self.progress.evaluated += 1
             return stored
         self.store.mark_pending(self.run_id, pid)
         self.progress.in_flight_evaluations += 1
@@ -151,8 +182,8 @@ class Engine:
         finally:
             self.progress.in_flight_proposals -= 1
         self.progress.proposed += 1
-        if not proposal.cached:
-            self.progress.tokens += proposal.prompt_tokens + proposal.completion_tokens
+        if proposal.spent:
+            self.progress.tokens += proposal.tokens
             self.progress.cost_usd += proposal.cost_usd
         base = Candidate(parent.code) if parent else Candidate("")
         try:
@@ -163,7 +194,7 @@ class Engine:
             verdict = {"status": Status.COMPILE_ERROR.value, "error": f"unusable response: {exc}", "guards": []}
             program = Program.from_verdict(pid, proposal.text[:4000], verdict, parent_id=parent.id if parent else None,
                                            island=island, round=round_, digest=f"unusable:{pid}")
-            self._record(program, verdict)
+            self._record(program, verdict, outcome="unusable")
             return ChildResult(program, new=True)
         # Duplicates, decided deterministically: an earlier round's program, or a lower-numbered sibling's.
         self._announce(index, child.digest)
@@ -173,10 +204,11 @@ class Engine:
         earlier = twin is not None and twin.round < round_
         if earlier or child.digest in self._digests[:index]:
             self.progress.duplicates += 1
+            self.store.set_answer_outcome(self.run_id, pid, "duplicate")
             return ChildResult(twin or Program(pid, child.source, digest=child.digest), new=False)
         if twin is None:
             self.store.add_program(self.run_id, Program(pid, child.source, parent.id if parent else None, island,
-                                                         round_, digest=child.digest))
+                                                         round_, digest=child.digest), outcome="program")
         verdict = await self._evaluate(pid, child)
         program = Program.from_verdict(pid, child.source, verdict, parent_id=parent.id if parent else None,
                                        island=island, round=round_, digest=child.digest)
@@ -186,17 +218,20 @@ class Engine:
         self._digests[index] = digest
         self._parsed[index].set()
 
-    def _record(self, program: Program, verdict: dict[str, Any]) -> None:
+    def _record(self, program: Program, verdict: dict[str, Any], outcome: str) -> None:
         if self.store.program(self.run_id, program.id) is None:
-            self.store.add_program(self.run_id, program)
+            self.store.add_program(self.run_id, program, outcome=outcome)
         if self.store.verdict_for(self.run_id, program.id) is None:
             self.store.add_verdict(self.run_id, program.id, verdict)
 
     # -- the run ------------------------------------------------------------------------------------------------
     async def _seed(self) -> None:
-        if self.seed_program is None or SEED_ID in self.archive:
+        if SEED_ID in self.archive:
             return
-        cand = self.seed_program
+        stored = self.store.program(self.run_id, SEED_ID)  # a resume need not be given the seed program again
+        cand = self.seed_program if stored is None else Candidate(stored.code)
+        if cand is None:
+            return
         if self.store.program_by_digest(self.run_id, cand.digest) is None:
             self.store.add_program(self.run_id, Program(SEED_ID, cand.source, None, 0, -1, digest=cand.digest))
         verdict = await self._evaluate(SEED_ID, cand)
@@ -204,11 +239,21 @@ class Engine:
         self.archive.add(program)
         self.progress.correct += program.correct
         self._refresh_best()
+        self.store.set_counters(self.run_id, {"progress": self._checkpoint(seeded=True)})
+
+    def elapsed_s(self) -> float:
+        """Time spent on this run, over every process that worked on it."""
+        return self._elapsed_before + (time.monotonic() - self._started)
+
+    def _checkpoint(self, seeded: bool) -> dict[str, Any]:
+        return {**self.progress.counts(), "elapsed_s": round(self.elapsed_s(), 3), "at": time.time(),
+                "seeded": seeded}
 
     async def run(self) -> Progress:
         from kernelsmith.workshop.llm import BudgetExhausted, LLMError
-        from kernelsmith.workshop.proposers import ReplayMiss
+        from kernelsmith.workshop.proposers import RunDiverged
 
+        self._started = time.monotonic()
         start = self.restore()
         await self._seed()
         c = self.config
@@ -218,7 +263,7 @@ class Engine:
             self._digests: list[str | None] = [None] * c.population
             tasks = [asyncio.create_task(self._child(round_, i)) for i in range(c.population)]
             results: list[ChildResult | BaseException] = await asyncio.gather(*tasks, return_exceptions=True)
-            stop = next((r for r in results if isinstance(r, (BudgetExhausted, ReplayMiss))), None)
+            stop = next((r for r in results if isinstance(r, (BudgetExhausted, RunDiverged))), None)
             if stop is not None:  # a partial round is not archived: a resume redoes it exactly
                 self.progress.stopped = f"{type(stop).__name__}: {stop}"
                 break
@@ -232,7 +277,8 @@ class Engine:
                     self.archive.add(r.program)
                     self.progress.correct += r.program.correct
             self.archive.maybe_migrate(round_)
-            self.store.set_counter(self.run_id, "rounds_done", round_ + 1)
+            self.store.set_counters(self.run_id, {  # one transaction: a round is finished with its counters
+                "rounds_done": round_ + 1, "progress": self._checkpoint(seeded=SEED_ID in self.archive)})
             self._refresh_best()
             best = self.progress.best_speedup
             self.progress.note(f"round {round_ + 1}: best " + (f"{best:.3f}×" if best else str(self.progress.best_id)))
@@ -263,7 +309,7 @@ class Engine:
                         "diff": "\n".join(diff[:400])})
         return out
 
-    def write_outputs(self, run_dir: Path, elapsed_s: float) -> dict[str, Any]:
+    def write_outputs(self, run_dir: Path) -> dict[str, Any]:
         best = self.archive.best()
         if best is not None:
             (run_dir / "best.py").write_text(best.code)
@@ -276,7 +322,7 @@ class Engine:
             "programs": len(self.archive), "evaluated": pr.evaluated, "correct_in_archive": sum(
                 1 for p in self.archive.hall_of_fame() if p.correct),
             "duplicates": pr.duplicates, "unusable_responses": pr.unusable, "tokens": pr.tokens,
-            "cost_usd": round(pr.cost_usd, 6), "stopped": pr.stopped, "elapsed_s": round(elapsed_s, 1),
+            "cost_usd": round(pr.cost_usd, 6), "stopped": pr.stopped, "elapsed_s": round(self.elapsed_s(), 1),
             "archive_digest": self.archive.snapshot_digest(), "finished_at": time.time(),
         }
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -104,6 +104,9 @@ class ModelSpec:
     max_retries: int = 4  # retries after the first attempt: at most max_retries + 1 requests per call
     price_in_per_mtok: float = 0.0  # USD per million prompt tokens
     price_out_per_mtok: float = 0.0  # USD per million completion tokens
+    # Send a per-request sampling `seed` drawn from (client seed, rng_key): vLLM, SGLang, LMDeploy, Ollama and
+    # OpenAI then sample each child reproducibly, and siblings that share a prompt still get their own answers.
+    send_seed: bool = True
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -180,6 +183,12 @@ class Budget:
             self._tokens += completion.prompt_tokens + completion.completion_tokens
             self._cost += completion.cost_usd
             self._calls += 1
+
+    def add(self, tokens: int, cost_usd: float) -> None:
+        """Count spending done elsewhere (by this run before it was resumed) without a call."""
+        with self._lock:
+            self._tokens += int(tokens)
+            self._cost += float(cost_usd)
 
     def check(self) -> None:
         """Raise `BudgetExhausted` if the budget is spent."""
@@ -331,6 +340,11 @@ class LLMClient:
                 return spec
         return next(m for m in reversed(self.models) if m.weight > 0)  # u rounding past the last edge
 
+    def request_seed(self, index_or_key: int | str) -> int:
+        """The sampling seed sent with call number `index_or_key` (int) or for an rng_key (str): 31 bits."""
+        tag = f"#{index_or_key}" if isinstance(index_or_key, int) else f"k:{index_or_key}"
+        return int(_unit_interval("kernelsmith.seed", self.seed, tag) * 2**31)
+
     def base_url_of(self, spec: ModelSpec) -> str:
         return str(self._clients[(spec.base_url, spec.api_key_env)].base_url)
 
@@ -342,6 +356,7 @@ class LLMClient:
             index = self._calls
             self._calls += 1
         spec = self.pick(index if rng_key is None else rng_key)
+        seed = self.request_seed(index if rng_key is None else rng_key) if spec.send_seed else None
         client = self._clients[(spec.base_url, spec.api_key_env)]
         base_url = str(client.base_url)
         sem = self._semaphore()
@@ -355,7 +370,7 @@ class LLMClient:
                 if self.budget is not None:
                     self.budget.check()  # the budget may have run out while this call waited for a slot
                 attempts += 1
-                outcome = await self._attempt(client, spec, messages)
+                outcome = await self._attempt(client, spec, messages, seed)
             if not isinstance(outcome, _Attempt):
                 return self._finish(spec, outcome, started, attempts)
             retries_left = spec.max_retries - (attempts - 1)
@@ -422,7 +437,7 @@ class LLMClient:
         return ceiling * (0.5 + 0.5 * self._jitter.random())  # "equal jitter": [ceiling/2, ceiling)
 
     async def _attempt(
-        self, client: openai.AsyncOpenAI, spec: ModelSpec, messages: list[dict[str, Any]]
+        self, client: openai.AsyncOpenAI, spec: ModelSpec, messages: list[dict[str, Any]], seed: int | None = None
     ) -> Any:
         """The response, or an `_Attempt` describing the failure. SDK exceptions never leave this method."""
         try:
@@ -434,6 +449,7 @@ class LLMClient:
                     top_p=spec.top_p,
                     max_tokens=spec.max_tokens,
                     timeout=spec.timeout_s,
+                    **({"seed": seed} if seed is not None else {}),
                 ),
                 timeout=spec.timeout_s,
             )

@@ -1,8 +1,10 @@
-"""Where the next program comes from: a language model (OpenAI-compatible), a run's response cache (replay).
+"""Where the next program comes from: a language model (OpenAI-compatible), the offline tuner, or the run's own
+record of what each child was answered (resume) or a recorded run's (replay).
 
-Every proposer answers `await propose(prompt, key)` with a `Proposal`. `CachedProposer` puts the run's
-response cache in front of any proposer: a resumed run asks the model nothing it already asked, and a replay
-asks nothing at all.
+Every proposer answers `await propose(prompt, child, context)` with a `Proposal`. `CachedProposer` puts the run's
+answers in front of any proposer, keyed by the child's name ("r3c1"), never by the prompt: siblings often share a
+prompt, and each must get back exactly its own answer. A resumed run asks the model nothing it already asked, and
+a replay asks nothing at all.
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ class ProposerUnavailable(RuntimeError):
     """No proposer can be built from this configuration; the message says what to configure."""
 
 
-class ReplayMiss(RuntimeError):
-    """A replay met a prompt that the recorded run never sent."""
+class RunDiverged(RuntimeError):
+    """A child's prompt is not the one its recorded answer was given for: the run would no longer be exact."""
+
+
+class ReplayMiss(RunDiverged):
+    """A replay met a child the recorded run never answered, or whose prompt differs from the recorded one."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,12 @@ class Proposal:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
-    cached: bool = False
+    cached: bool = False  # taken from a record, not asked now
+    spent: bool = True  # this run paid for it (False for a replay's answers)
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "model": self.model, "prompt_tokens": self.prompt_tokens,
@@ -51,6 +62,13 @@ class Proposer(Protocol):
     async def propose(self, prompt: Prompt, key: str, context: ProposalContext | None = None) -> Proposal: ...
 
     async def aclose(self) -> None: ...
+
+
+def charge(proposer: Any, tokens: int, cost_usd: float) -> None:
+    """Count spending done before this process (a resumed run's) against the proposer's budget, if it has one."""
+    fn = getattr(proposer, "charge", None)
+    if fn is not None and (tokens or cost_usd):
+        fn(tokens, cost_usd)
 
 
 class LLMProposer:
@@ -71,31 +89,68 @@ class LLMProposer:
         c = await self.client.complete(prompt.messages, rng_key=key)
         return Proposal(c.text, c.model, c.prompt_tokens, c.completion_tokens, c.cost_usd)
 
+    def charge(self, tokens: int, cost_usd: float) -> None:
+        self.budget.add(tokens, cost_usd)
+
     async def aclose(self) -> None:
         await self.client.aclose()
 
 
-class CachedProposer:
-    """Answers from the run's response cache by prompt digest; asks `inner` (if any) only on a miss."""
+Lookup = Callable[[str], "dict[str, Any] | None"]  # child name -> {"text", "model", "prompt_hash", "usage", ...}
 
-    def __init__(self, inner: Proposer | None, lookup: Callable[[str], dict[str, Any] | None],
-                 record: Callable[[str, Proposal], None]):
-        self.inner, self.lookup, self.record = inner, lookup, record
+
+class CachedProposer:
+    """Answers each child from the run's own answers by the child's name; a child never answered is answered from
+    `recorded` (a replay: a recorded run's answers, copied into this run) or else by `inner` (the model), and the
+    answer is recorded before anything is made of it. An answer recorded for another prompt than the child's now
+    means the run has diverged from its record: `RunDiverged` (`ReplayMiss` in a replay), never a silent mix."""
+
+    def __init__(self, inner: Proposer | None, lookup: Lookup,
+                 record: Callable[[str, str, Proposal], None], recorded: Lookup | None = None):
+        self.inner, self.lookup, self.record, self.recorded = inner, lookup, record, recorded
 
     async def propose(self, prompt: Prompt, key: str, context: ProposalContext | None = None) -> Proposal:
-        hit = self.lookup(prompt.digest)
-        if hit is not None:
-            return Proposal(hit["text"], hit.get("model", ""), hit.get("prompt_tokens", 0),
-                            hit.get("completion_tokens", 0), hit.get("cost_usd", 0.0), cached=True)
+        own = self.lookup(key)
+        if own is not None:
+            _check(own, prompt, key, RunDiverged, "this run recorded")
+            proposal = _proposal(own, spent=bool(own.get("spent", True)))
+            if proposal.spent:  # paid for before a resume: counts against the budget again in this process
+                charge(self.inner, proposal.tokens, proposal.cost_usd)
+            return proposal
+        if self.recorded is not None:
+            hit = self.recorded(key)
+            if hit is None:
+                raise ReplayMiss(f"replay: the recorded run never answered {key} (prompt {prompt.digest[:12]})")
+            _check(hit, prompt, key, ReplayMiss, "the recorded run sent")
+            proposal = _proposal(hit, spent=False)
+            self.record(key, prompt.digest, proposal)
+            return proposal
         if self.inner is None:
-            raise ReplayMiss(f"replay: the recorded run has no response for prompt {prompt.digest[:12]} ({key})")
+            raise ReplayMiss(f"replay: no recorded answer for {key} (prompt {prompt.digest[:12]})")
         proposal = await self.inner.propose(prompt, key, context)
-        self.record(prompt.digest, proposal)
+        self.record(key, prompt.digest, proposal)
         return proposal
+
+    def charge(self, tokens: int, cost_usd: float) -> None:
+        charge(self.inner, tokens, cost_usd)
 
     async def aclose(self) -> None:
         if self.inner is not None:
             await self.inner.aclose()
+
+
+def _check(hit: dict[str, Any], prompt: Prompt, key: str, error: type[RunDiverged], whose: str) -> None:
+    recorded = hit.get("prompt_hash")
+    if recorded and recorded != prompt.digest:
+        raise error(f"{key}: its prompt ({prompt.digest[:12]}) is not the one {whose} ({str(recorded)[:12]}); "
+                    "the task, the templates or the settings that shape prompts changed since")
+
+
+def _proposal(hit: dict[str, Any], *, spent: bool) -> Proposal:
+    usage = hit.get("usage") or {}
+    return Proposal(hit["text"], hit.get("model") or "", int(usage.get("prompt_tokens", 0) or 0),
+                    int(usage.get("completion_tokens", 0) or 0), float(usage.get("cost_usd", 0.0) or 0.0),
+                    cached=True, spent=spent)
 
 
 def make_proposer(config: RunConfig, task_source: str = "", task_path: str = "") -> Proposer:

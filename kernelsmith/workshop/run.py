@@ -1,6 +1,6 @@
 """`kernelsmith evolve`: a run dir with its database, the engine, the live display, and the results.
 
-Layout of a run dir: `run.db` (SQLite, WAL: config, programs, verdicts, prompts, responses, counters),
+Layout of a run dir: `run.db` (SQLite, WAL: config, programs, verdicts, prompts, answers, counters),
 `config.yaml` (the effective settings), and at the end `best.py`, `summary.json`, `lineage.json`.
 """
 
@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,18 @@ class Ledger:
     def counter(self, run_id: str, name: str) -> Any:
         return self.store.counter(run_id, name)
 
-    def set_counter(self, run_id: str, name: str, value: Any) -> None:
-        self.store.set_counter(run_id, name, value)
+    def set_counters(self, run_id: str, values: dict[str, Any]) -> None:
+        self.store.set_counters(run_id, values)
+
+    def created(self, run_id: str) -> float | None:
+        run = self.store.run(run_id)
+        return float(run["created"]) if run else None
+
+    def last_write(self, run_id: str) -> float | None:
+        return self.store.last_write(run_id)
+
+    def set_answer_outcome(self, run_id: str, name: str, outcome: str) -> None:
+        self.store.set_answer_outcome(run_id, name, outcome)
 
     def _program(self, row: dict[str, Any]) -> Program:
         parent = self.store.program(row["parent_id"]) if row.get("parent_id") else None
@@ -71,11 +82,11 @@ class Ledger:
         row = self.store.program(pid) if pid is not None else None
         return self._program(row) if row else None
 
-    def add_program(self, run_id: str, program: Program) -> None:
+    def add_program(self, run_id: str, program: Program, outcome: str | None = None) -> None:
         parent = self._id(run_id, program.parent_id) if program.parent_id else None
         self._ids[program.id] = self.store.add_program(
             run_id, program.code, digest=program.digest, parent_id=parent, island=program.island,
-            round=program.round, features=dict(program.features) or None, name=program.id)
+            round=program.round, features=dict(program.features) or None, name=program.id, outcome=outcome)
 
     def verdict_for(self, run_id: str, name: str) -> dict[str, Any] | None:
         pid = self._id(run_id, name)
@@ -96,15 +107,26 @@ class Ledger:
                               parent_id=self._id(run_id, parent) if parent else None, hash=digest, child=name)
 
 
-def _cached(store: RunStore, inner: Any) -> CachedProposer:
-    def lookup(digest: str) -> dict[str, Any] | None:
-        hit = store.cached_response(digest)
-        return None if hit is None else {"text": hit["text"], "model": hit["model"], **(hit.get("usage") or {})}
+def _answers(store: RunStore, inner: Any, recorded: RunStore | None = None) -> CachedProposer:
+    """The run's answers (by child) in front of the model; in a replay, the recorded run's answers instead."""
 
-    def record(digest: str, p: Proposal) -> None:
-        store.cache_response(digest, p.model, p.text, {k: v for k, v in p.to_dict().items() if k not in ("text", "model")})
+    def record(child: str, prompt_digest: str, p: Proposal) -> None:
+        usage = {k: v for k, v in p.to_dict().items() if k not in ("text", "model")}
+        store.add_answer(RUN_ID, child, prompt_digest, p.model, p.text, usage, spent=p.spent)
 
-    return CachedProposer(inner, lookup, record)
+    def replayed(child: str) -> dict[str, Any] | None:
+        assert recorded is not None
+        hit = recorded.answer(RUN_ID, child)
+        if hit is None:  # a run recorded before answers were kept per child (schema 1): by prompt, as then
+            prompt = next((p for p in recorded.prompts(RUN_ID) if p.get("child") == child), None)
+            old = recorded.cached_response(prompt["hash"]) if prompt else None
+            if old is not None:
+                hit = {"text": old["text"], "model": old["model"], "usage": old.get("usage"),
+                       "prompt_hash": prompt["hash"] if prompt else None}
+        return hit
+
+    return CachedProposer(inner, lambda child: store.answer(RUN_ID, child), record,
+                          replayed if recorded is not None else None)
 
 
 class RunLock:
@@ -193,9 +215,11 @@ def _remote_judge(config: RunConfig, task: Any) -> Any:
 
 
 def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = None, seed_program: Path | None = None,
-           display: Any = None, changed: dict[str, Any] | None = None) -> dict[str, Any]:
+           display: Any = None, changed: dict[str, Any] | None = None,
+           judge: Callable[[Candidate], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Run (or resume, or replay) an evolution; returns the summary written to `summary.json`. `changed`: the
-    settings a resume changed (`config.resume_config`), recorded in the run."""
+    settings a resume changed (`config.resume_config`), recorded in the run. `judge`: evaluate with this instead
+    of the referee (a custom evaluator; verdict dicts in `Verdict.to_dict()` form)."""
     from kernelsmith.task import Task
 
     if config.task is None:
@@ -207,13 +231,14 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
         raise ConfigError(f"{replay}: no recorded run to replay (no run.db)")
     run_dir, lock = prepare_run_dir(config, resume)
     try:
-        return _evolve_locked(config, task, inner, recorded, run_dir, seed_program, display, changed or {})
+        return _evolve_locked(config, task, inner, recorded, run_dir, seed_program, display, changed or {}, judge)
     finally:
         lock.release()
 
 
 def _evolve_locked(config: RunConfig, task: Any, inner: Any, recorded: Path | None, run_dir: Path,
-                   seed_program: Path | None, display: Any, changed: dict[str, Any]) -> dict[str, Any]:
+                   seed_program: Path | None, display: Any, changed: dict[str, Any],
+                   judge: Callable[[Candidate], dict[str, Any]] | None) -> dict[str, Any]:
     from kernelsmith.referee.pool import LocalPool
     from kernelsmith.workshop.hardware import probe_hardware
 
@@ -226,13 +251,10 @@ def _evolve_locked(config: RunConfig, task: Any, inner: Any, recorded: Path | No
         store.set_counter(RUN_ID, "settings_changes", history + [{"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                                                    "changed": changed}])
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    if recorded is not None:
-        proposer = _cached(RunStore(recorded), None)
-    else:
-        proposer = _cached(store, inner)
-    if config.referee_url:
+    proposer = _answers(store, inner, RunStore(recorded) if recorded is not None else None)
+    if judge is None and config.referee_url:
         judge = _remote_judge(config, task)
-    else:  # the one way into evaluation: the pool places work on GPUs and holds each GPU's timing lease
+    elif judge is None:  # the one way into evaluation: the pool places work on GPUs and holds each GPU's timing lease
         pool = LocalPool(config.device, slots_per_gpu=config.eval_workers, cpu_slots=config.eval_workers)
         settings = config.eval_settings()
 
@@ -246,7 +268,6 @@ def _evolve_locked(config: RunConfig, task: Any, inner: Any, recorded: Path | No
     progress = Progress(rounds=config.rounds)
     engine = Engine(config, Ledger(store), RUN_ID, task.name, task.original_source, proposer, judge, hardware,
                     seed, progress)
-    started = time.monotonic()
 
     async def main() -> None:
         try:
@@ -256,6 +277,6 @@ def _evolve_locked(config: RunConfig, task: Any, inner: Any, recorded: Path | No
             await proposer.aclose()
 
     asyncio.run(main())
-    summary = engine.write_outputs(run_dir, time.monotonic() - started)
+    summary = engine.write_outputs(run_dir)
     store.set_run_status(RUN_ID, "finished" if not progress.stopped else "stopped")
     return summary

@@ -53,7 +53,7 @@ from sqlalchemy.exc import IntegrityError
 from kernelsmith.referee.verdict import Verdict
 from kernelsmith.sqlite import open_engine
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: `answers` (the model's answer per child), replacing the prompt-keyed `responses`
 
 metadata = MetaData()
 
@@ -123,6 +123,20 @@ RESPONSES = Table(
     Column("usage", JSON, nullable=True),
     Column("created", Float, nullable=False),
     UniqueConstraint("prompt_hash", "model", "sample", name="uq_responses_key"),
+)
+
+ANSWERS = Table(  # what each child was answered: the key everywhere is the child's name, never the prompt
+    "answers",
+    metadata,
+    Column("run_id", String(64), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("child", String(64), primary_key=True),
+    Column("prompt_hash", String(64), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("usage", JSON, nullable=True),  # prompt_tokens, completion_tokens, cost_usd
+    Column("spent", Integer, nullable=False),  # 1: this run paid for it; 0: copied from a recorded run (replay)
+    Column("outcome", String(16), nullable=True),  # "program", "duplicate", "unusable"; set with the program
+    Column("created", Float, nullable=False),
 )
 
 PENDING = Table(
@@ -249,6 +263,12 @@ def text_hash(text_: str) -> str:
     return hashlib.sha256(text_.encode()).hexdigest()
 
 
+def _answer_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    d = {k: row[k] for k in ("child", "prompt_hash", "model", "text", "usage", "outcome", "created")}
+    d["spent"] = bool(row["spent"])
+    return d
+
+
 # ---- the store ----------------------------------------------------------------------------------------------------
 def _add_missing_columns(conn: Connection) -> None:
     """Databases written before a nullable column existed get it (SQLite: ALTER TABLE ... ADD COLUMN)."""
@@ -345,10 +365,12 @@ class RunStore:
         features: Mapping[str, Any] | None = None,
         pending: bool = False,
         name: str | None = None,
+        outcome: str | None = None,
     ) -> int:
         """Records a program; returns its id (increasing in insertion order). `name` is an optional stable name
-        (the engine's "r3c1"), unique in the run; `pending=True` also marks the program in flight in the same
-        transaction. A digest or name already in the run raises DuplicateProgram."""
+        (the engine's "r3c1"), unique in the run; `pending=True` also marks the program in flight, and `outcome`
+        sets the outcome of the answer it came from (`add_answer`, keyed by `name`), in the same transaction.
+        A digest or name already in the run raises DuplicateProgram."""
         if digest is None:
             from kernelsmith.candidate import Candidate
 
@@ -365,6 +387,8 @@ class RunStore:
                 ).inserted_primary_key[0]
                 if pending:
                     conn.execute(insert(PENDING).values(program_id=pid, run_id=run_id, created=now))
+                if outcome is not None and name is not None:
+                    self._set_outcome(conn, run_id, name, outcome)
         except IntegrityError as exc:
             if self.has_digest(run_id, digest):
                 raise DuplicateProgram(f"run {run_id!r} already has a program with digest {digest}") from None
@@ -540,19 +564,86 @@ class RunStore:
             row = conn.execute(q.order_by(RESPONSES.c.id)).mappings().first()
             return dict(row) if row else None
 
+    # -- the model's answers, by child ----------------------------------------------------------------------------------
+    def add_answer(self, run_id: str, child: str, prompt_hash: str, model: str, text: str,
+                   usage: Mapping[str, Any] | None = None, *, spent: bool = True) -> bool:
+        """Records what the child `child` was answered (key-shaped strings redacted); the first answer per child
+        wins, so a resumed run can never pair a child with another answer. Returns whether this call stored it.
+
+        Committed the moment it arrives (an answer is paid for then), before the program parsed from it: a
+        program therefore never exists without its answer, and a resume re-derives the same program from it."""
+        u = _redact_json(_jsonable(dict(usage), "usage")) if usage is not None else None
+        try:
+            with self._tx() as conn:
+                key = (ANSWERS.c.run_id == run_id, ANSWERS.c.child == child)
+                if conn.execute(select(ANSWERS.c.child).where(*key)).first() is not None:
+                    return False
+                conn.execute(insert(ANSWERS).values(
+                    run_id=run_id, child=child, prompt_hash=prompt_hash, model=model, text=redact(text), usage=u,
+                    spent=int(spent), outcome=None, created=time.time()))
+        except IntegrityError:
+            if self.answer(run_id, child) is not None:  # a concurrent writer stored it first
+                return False
+            raise StoreError(f"no run {run_id!r}") from None
+        return True
+
+    def answer(self, run_id: str, child: str) -> dict[str, Any] | None:
+        """{"child", "prompt_hash", "model", "text", "usage", "spent", "outcome", "created"} or None."""
+        with self.engine.connect() as conn:
+            q = select(ANSWERS).where(ANSWERS.c.run_id == run_id, ANSWERS.c.child == child)
+            row = conn.execute(q).mappings().first()
+            return _answer_row(row) if row else None
+
+    def answers(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's answers in the order they arrived."""
+        with self.engine.connect() as conn:
+            q = select(ANSWERS).where(ANSWERS.c.run_id == run_id).order_by(ANSWERS.c.created, ANSWERS.c.child)
+            return [_answer_row(r) for r in conn.execute(q).mappings()]
+
+    def set_answer_outcome(self, run_id: str, child: str, outcome: str) -> None:
+        """What became of an answer that made no program (a duplicate)."""
+        with self._tx() as conn:
+            self._set_outcome(conn, run_id, child, outcome)
+
+    @staticmethod
+    def _set_outcome(conn: Connection, run_id: str, child: str, outcome: str) -> None:
+        if outcome not in ("program", "duplicate", "unusable"):
+            raise StoreError(f"unknown answer outcome {outcome!r}")
+        conn.execute(update(ANSWERS).where(ANSWERS.c.run_id == run_id, ANSWERS.c.child == child)
+                     .values(outcome=outcome))
+
+    def last_write(self, run_id: str) -> float | None:
+        """When the run last recorded anything (an answer, a prompt, a program, a verdict or an event)."""
+        with self.engine.connect() as conn:
+            times = [
+                conn.execute(select(func.max(ANSWERS.c.created)).where(ANSWERS.c.run_id == run_id)).scalar(),
+                conn.execute(select(func.max(PROMPTS.c.created)).where(PROMPTS.c.run_id == run_id)).scalar(),
+                conn.execute(select(func.max(PROGRAMS.c.created)).where(PROGRAMS.c.run_id == run_id)).scalar(),
+                conn.execute(select(func.max(VERDICTS.c.created)).select_from(
+                    VERDICTS.join(PROGRAMS, VERDICTS.c.program_id == PROGRAMS.c.id)).where(
+                    PROGRAMS.c.run_id == run_id)).scalar(),
+                conn.execute(select(func.max(EVENTS.c.created)).where(EVENTS.c.run_id == run_id)).scalar(),
+            ]
+        known = [float(t) for t in times if t is not None]
+        return max(known) if known else None
+
     # -- counters and events ----------------------------------------------------------------------------------------------
     def set_counter(self, run_id: str, name: str, value: Any) -> None:
-        v = _jsonable(value, f"counter {name!r}")
+        self.set_counters(run_id, {name: value})
+
+    def set_counters(self, run_id: str, values: Mapping[str, Any]) -> None:
+        """Several counters in one transaction: a kill leaves all of them or none."""
+        vals = {n: _jsonable(v, f"counter {n!r}") for n, v in values.items()}
         now = time.time()
         with self._tx() as conn:
-            res = conn.execute(
-                update(COUNTERS).where(COUNTERS.c.run_id == run_id, COUNTERS.c.name == name).values(value=v, updated=now)
-            )
-            if res.rowcount == 0:
-                try:
-                    conn.execute(insert(COUNTERS).values(run_id=run_id, name=name, value=v, updated=now))
-                except IntegrityError:
-                    raise StoreError(f"no run {run_id!r}") from None
+            for name, v in vals.items():
+                res = conn.execute(update(COUNTERS).where(COUNTERS.c.run_id == run_id, COUNTERS.c.name == name)
+                                   .values(value=v, updated=now))
+                if res.rowcount == 0:
+                    try:
+                        conn.execute(insert(COUNTERS).values(run_id=run_id, name=name, value=v, updated=now))
+                    except IntegrityError:
+                        raise StoreError(f"no run {run_id!r}") from None
 
     def counter(self, run_id: str, name: str, default: Any = None) -> Any:
         with self.engine.connect() as conn:

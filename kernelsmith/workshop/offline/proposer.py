@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from kernelsmith.workshop.prompt import Prompt
-from kernelsmith.workshop.proposers import Proposal, ProposalContext, Proposer
+from kernelsmith.workshop.proposers import Proposal, ProposalContext, Proposer, charge
 
 OFFLINE = "offline"
 
@@ -64,6 +64,9 @@ class MixedProposer:
     async def propose(self, prompt: Prompt, key: str, context: ProposalContext | None = None) -> Proposal:
         use_tuner = context is not None and context.parent_code is not None and context.index % 2 == 1
         return await (self.tuner if use_tuner else self.model).propose(prompt, key, context)
+
+    def charge(self, tokens: int, cost_usd: float) -> None:
+        charge(self.model, tokens, cost_usd)
 
     async def aclose(self) -> None:
         await self.model.aclose()
