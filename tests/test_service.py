@@ -33,16 +33,21 @@ def _free_port() -> int:
 
 
 class Service:
-    def __init__(self, db: Path, port: int, *extra: str):
+    """`kernelsmith serve` (or `cmd`, another launcher of the same app) in a subprocess, on loopback."""
+
+    def __init__(self, db: Path, port: int, *extra: str, cmd: list[str] | None = None,
+                 env: dict[str, str] | None = None):
         self.db, self.port, self.extra = db, port, extra
         self.url = f"http://127.0.0.1:{port}"
+        self.cmd = cmd or [sys.executable, "-c", "from kernelsmith.cli import app; app()", "serve", "--device", "cpu",
+                           "--port", str(port), "--db", str(db), "--cpu-slots", "2", *extra]
+        self.env = env or {}
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Service:
-        env = {**os.environ, "KERNELSMITH_TOKEN": TOKEN}
-        cmd = [sys.executable, "-c", "from kernelsmith.cli import app; app()", "serve", "--device", "cpu",
-               "--port", str(self.port), "--db", str(self.db), "--cpu-slots", "2", *self.extra]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        env = {**os.environ, "KERNELSMITH_TOKEN": TOKEN, **self.env}
+        self.log = open(self.db.parent / f"service-{self.port}.log", "ab")  # noqa: SIM115 - kept while it runs
+        self.proc = subprocess.Popen(self.cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -51,15 +56,29 @@ class Service:
             except httpx.HTTPError:
                 time.sleep(0.2)
             if self.proc.poll() is not None:
-                raise RuntimeError(self.proc.stdout.read().decode())
+                raise RuntimeError((self.db.parent / f"service-{self.port}.log").read_text()[-5000:])
         raise RuntimeError("service did not start")
 
-    def children(self) -> list[int]:
-        """PIDs of the service's child processes (the evaluations' workers)."""
-        pids = []
-        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
-            pids += [int(p) for p in (task / "children").read_text().split()]
-        return pids
+    def descendants(self) -> list[int]:
+        """PIDs of every process below the service (its workers, their sandboxes)."""
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                tasks = list(Path(f"/proc/{pid}/task").iterdir())
+            except OSError:
+                continue
+            for task in tasks:
+                try:
+                    kids = [int(p) for p in (task / "children").read_text().split()]
+                except OSError:
+                    continue
+                found += kids
+                todo += kids
+        return found
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -69,9 +88,16 @@ class Service:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(20)
+                self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def request(candidate: str, task: Path = TASK_RELU, **options) -> dict:
@@ -81,7 +107,8 @@ def request(candidate: str, task: Path = TASK_RELU, **options) -> dict:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    svc = Service(tmp_path_factory.mktemp("svc") / "jobs.db", _free_port(), "--max-request-mb", "0.25").start()
+    svc = Service(tmp_path_factory.mktemp("svc") / "jobs.db", _free_port(), "--max-request-mb", "0.25",
+                  env={"KERNELSMITH_ALLOWED_HOSTS": "kernelsmith.test", "KERNELSMITH_CLIENT_MAX_JOBS": "6"}).start()
     yield svc
     svc.stop()
 
@@ -145,12 +172,14 @@ def test_batch_survives_a_killed_service_and_ends_exactly_once(tmp_path: Path) -
                 time.sleep(0.3)
             finished_before = {j["id"]: j for j in client.batch(sub["batch"])["jobs"] if j["status"] == "done"}
             assert finished_before, "nothing finished before the kill"
-            workers = svc.children()
+            workers = [p for p in svc.descendants() if "kernelsmith" in cmdline(p)]
+            assert any("kernelsmith.referee.service_worker" in cmdline(p) for p in workers), workers
             svc.kill()
-            time.sleep(1.0)
-            alive = [p for p in workers if Path(f"/proc/{p}").exists()
-                     and "kernelsmith.referee.worker" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
-            assert not alive, f"evaluation workers outlived the killed service: {alive}"
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in workers):
+                time.sleep(0.2)
+            alive = {p: cmdline(p) for p in workers if Path(f"/proc/{p}").exists()}
+            assert not alive, f"evaluation workers or sandboxes outlived the killed service: {alive}"
             svc.start()  # same database: the accepted jobs are still there
             jobs = client.wait_batch(sub["batch"], timeout_s=300)
     finally:
@@ -208,3 +237,119 @@ def test_rl_reward_through_the_service(service: Service) -> None:
     out = reward(prompts=[None, None], completions=[fenced(SOLUTION), fenced(WRONG)], **columns(2))
     assert out == [reward_for("correct"), reward_for("incorrect")]
     assert int(httpx.get(f"{service.url}/healthz").json()["jobs"]["done"]) - before == 2
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_host_header_allow_list(service: Service) -> None:
+    """DNS rebinding: a page on evil.example resolved to 127.0.0.1 reaches the service with its own Host."""
+    port = service.port
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "127.0.0.2", "kernelsmith.test",
+                 f"KernelSmith.Test.:{port}"):
+        r = httpx.get(f"{service.url}/healthz", headers={"Host": host})
+        assert r.status_code == 200, (host, r.text)
+    for host in (f"evil.example:{port}", "127.0.0.1.evil.example", "localhost.evil.example", "kernelsmith.test.evil"):
+        r = httpx.get(f"{service.url}/healthz", headers={"Host": host})
+        assert r.status_code == 421 and "not served here" in r.json()["detail"], (host, r.text)
+        r = httpx.post(f"{service.url}/v1/evaluations", json=request("good_relu.py"), headers={**AUTH, "Host": host})
+        assert r.status_code == 421, r.text
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # HTTP/1.0 with no Host at all
+        s.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 400"), "a request without Host was served"
+    assert httpx.get(f"{service.url}/healthz").json()["jobs"]["queued"] == 0  # nothing refused was queued
+
+
+def _server_paths(service: Service) -> list[str]:
+    import tempfile
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    return [repo, sys.prefix, os.path.realpath(sys.prefix), str(service.db.parent), tempfile.gettempdir() + "/"]
+
+
+def test_no_server_paths_in_responses(service: Service) -> None:
+    """422 messages and verdicts (tracebacks, logs) name no file of the server: temp dirs, the work dir,
+    the checkout, the interpreter."""
+    texts = []
+    bad_tasks = {"task_broken.py": "import torch\n", "syntax.py": "def broken(:\n",
+                 "relu.py": TASK_RELU.read_text().replace("class Model", "class NotModel")}
+    for name, source in bad_tasks.items():
+        body = {**request("good_relu.py"), "task_source": source, "task_name": name}
+        r = httpx.post(f"{service.url}/v1/evaluations", json=body, headers=AUTH)
+        assert r.status_code == 422 and name in r.json()["detail"], r.text
+        texts.append(r.text)
+    r = httpx.post(f"{service.url}/v1/evaluations", json=request("good_relu.py", timeout_s=-1), headers=AUTH)
+    assert r.status_code == 422 and "timeout_s" in r.text, r.text
+    texts.append(r.text)
+    with RefereeClient(service.url, TOKEN) as client:
+        sub = client.submit([request(c) for c in ("fault_import.py", "fault_forward.py", "fault_segfault.py",
+                                                  "fault_syntax.py")])
+        jobs = client.wait_batch(sub["batch"], timeout_s=300)
+        assert [j["verdict"]["status"] for j in jobs] == ["compile_error", "runtime_error", "crashed",
+                                                         "compile_error"], jobs
+        texts.append(json.dumps(client.batch(sub["batch"])))
+        texts += [json.dumps(client.job(j)) for j in sub["jobs"]]
+    texts.append(httpx.get(f"{service.url}/healthz").text)
+    texts.append(httpx.get(f"{service.url}/metrics", headers=AUTH).text)
+    for text in texts:
+        for path in _server_paths(service):
+            assert path not in text, f"{path} in a response: {text[:3000]}"
+
+
+def test_long_polls_do_not_starve_health_metrics_or_submissions(service: Service) -> None:
+    """60 clients long-polling at once hold no thread: /healthz and /metrics still answer within 1 s (p99 of
+    100 probes each), a submission is accepted meanwhile, and every long-poll returns the verdict once it lands."""
+    import asyncio
+
+    with RefereeClient(service.url, TOKEN) as client:
+        sub = client.submit([request("fault_hang.py", timeout_s=6)])
+    job = sub["jobs"][0]
+
+    async def run() -> tuple[list[float], list[float], list[dict], int]:
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+        async with httpx.AsyncClient(base_url=service.url, headers=AUTH, timeout=120, limits=limits) as http:
+            polls = [asyncio.create_task(http.get(f"/v1/evaluations/{job}", params={"wait": 90}))
+                     for _ in range(45)]
+            polls += [asyncio.create_task(http.get(f"/v1/batches/{sub['batch']}", params={"wait": 90}))
+                      for _ in range(15)]
+            await asyncio.sleep(1.0)  # every long-poll is open and waiting
+            health, metrics = [], []
+            for i in range(100):
+                for path, out in (("/healthz", health), ("/metrics", metrics)):
+                    t0 = time.perf_counter()
+                    r = await http.get(path)
+                    out.append(time.perf_counter() - t0)
+                    assert r.status_code == 200, r.text
+                if i == 50:
+                    accepted = (await http.post("/v1/evaluations", json=request("good_relu.py"))).status_code
+                await asyncio.sleep(0.01)
+            answers = [(await p).json() for p in polls]
+            return health, metrics, answers, accepted
+
+    health, metrics, answers, accepted = asyncio.run(run())
+    assert accepted == 202
+    for name, times in (("healthz", health), ("metrics", metrics)):
+        p99 = sorted(times)[98]
+        assert p99 < 1.0, f"/{name} p99 {p99:.3f} s with 60 long-polls open"
+    for a in answers:  # each long-poll was woken by the verdict (not cut off) and saw it
+        verdict = a["verdict"] if "verdict" in a else a["jobs"][0]["verdict"]
+        assert verdict["status"] == "timeout", a
+
+
+def test_per_client_limit_on_jobs_in_flight(service: Service) -> None:
+    """The fixture allows 6 jobs in flight per client: a 7th is refused with 429 and Retry-After until some
+    finish; a batch that could never fit is a 422 saying to split it."""
+    with RefereeClient(service.url, TOKEN) as client:
+        first = client.submit([request("fault_hang.py", timeout_s=3) for _ in range(5)])
+        r = httpx.post(f"{service.url}/v1/evaluations", headers=AUTH,
+                       json={"requests": [request("good_relu.py"), request("good_relu.py")]})
+        assert r.status_code == 429 and r.headers.get("retry-after"), r.text
+        assert "limit is 6" in r.json()["detail"] and "5 jobs" in r.json()["detail"], r.text
+        r = httpx.post(f"{service.url}/v1/evaluations", headers=AUTH,
+                       json={"requests": [request("good_relu.py")] * 7})
+        assert r.status_code == 422 and "split it" in r.json()["detail"], r.text
+        second = client.submit([request("good_relu.py")])  # 5 + 1 fits
+        jobs = client.wait_batch(first["batch"], timeout_s=300) + client.wait_batch(second["batch"], timeout_s=300)
+        assert [j["verdict"]["status"] for j in jobs] == ["timeout"] * 5 + ["correct"]
+        again = client.submit([request("fault_syntax.py")] * 6)  # all done: the whole allowance is back
+        assert [j["verdict"]["status"] for j in client.wait_batch(again["batch"], timeout_s=300)] == ["compile_error"] * 6

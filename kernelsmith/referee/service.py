@@ -119,8 +119,13 @@ def _check(request: dict[str, Any], device: str) -> str | None:
     return None
 
 
-def _warm_checker() -> None:
-    from kernelsmith.referee.pool import check_request  # noqa: F401 - imports torch once, before any request
+def _start_checker(parent: int) -> None:
+    """A checker dies with the service (it would otherwise outlive a SIGKILL) and imports torch before its first
+    request."""
+    from kernelsmith.referee.service_worker import die_with_parent
+
+    die_with_parent(parent)
+    from kernelsmith.referee.pool import check_request  # noqa: F401
     from kernelsmith.task import Task  # noqa: F401
 
 
@@ -137,7 +142,7 @@ class Checkers:
         with self._lock:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_warm_checker)
+                                                 initializer=_start_checker, initargs=(os.getpid(),))
             return self._pool
 
     def warm(self) -> None:

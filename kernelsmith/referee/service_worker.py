@@ -83,7 +83,7 @@ def bounded(verdict: dict[str, Any]) -> dict[str, Any]:
     return verdict
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """SIGKILL this process when the service dies (Linux prctl); if it has already died, exit now."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--spec", required=True)
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
-    _die_with_parent(args.parent)
+    die_with_parent(args.parent)
     Worker(socket.socket(fileno=args.fd), json.loads(args.spec)).serve()
 
 
