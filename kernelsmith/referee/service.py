@@ -125,8 +125,25 @@ def _start_checker(parent: int) -> None:
     from kernelsmith.referee.service_worker import die_with_parent
 
     die_with_parent(parent)
-    from kernelsmith.referee.pool import check_request  # noqa: F401
-    from kernelsmith.task import Task  # noqa: F401
+    _check({"task_source": _WARM_TASK, "task_name": "warm", "candidate_source": "pass", "options": {}}, "cpu")
+
+
+_WARM_TASK = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(4)]
+
+
+def get_init_inputs():
+    return []
+"""
 
 
 class Checkers:
@@ -137,6 +154,7 @@ class Checkers:
         self.processes = processes
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._warming: list[Any] = []
 
     def pool(self) -> ProcessPoolExecutor:
         with self._lock:
@@ -146,8 +164,11 @@ class Checkers:
             return self._pool
 
     def warm(self) -> None:
-        for _ in range(self.processes):
-            self.pool().submit(int)
+        self._warming = [self.pool().submit(int) for _ in range(self.processes)]
+
+    def ready(self) -> bool:
+        """Every checker has started (imported torch): a submission is checked in milliseconds."""
+        return all(f.done() for f in self._warming)
 
     async def check(self, requests: list[dict[str, Any]], device: str) -> list[str | None]:
         for _ in range(2):
@@ -468,7 +489,7 @@ def create_app(store: JobStore, backend: Any, *, token: str | None = None, devic
     async def health() -> dict[str, Any]:
         jobs = await counts.get()
         snap = runner.snapshot()
-        return {"ok": True, "jobs": jobs, "stale": counts.stale, "backend": snap,
+        return {"ok": True, "jobs": jobs, "stale": counts.stale, "backend": snap, "checkers_ready": checkers.ready(),
                 "uptime_s": round(time.time() - started, 1)}
 
     @app.get("/metrics", response_class=PlainTextResponse, dependencies=guarded)
