@@ -1,28 +1,131 @@
-"""The `kernelsmith` command line: thin — parse, call the part, print."""
+"""The `kernelsmith` command line: thin — parse, call the part, print.
+
+Every bad input ends the same way: exit 2 and one line on stderr naming the file (or flag) and the problem, and
+under `--json` the same as a JSON object on stdout (`{"error": ..., "file": ..., "kind": ...}`); never a
+traceback. A task that fails on its own (its inputs, its reference) is bad input too, never a candidate's status.
+"""
 
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelsmith.settings import check_device
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Evolve faster, verified Triton kernels.")
+# Click's exceptions, and Typer's own copies of them (Typer >= 0.2x vendors click)
+_CLICK_ERRORS = (click.ClickException, *((typer.TyperException,) if hasattr(typer, "TyperException") else ()))
+
+
+class _App(typer.Typer):
+    """Typer, with click's own usage errors (`--trials abc`, an unknown flag) as one line like any bad input,
+    instead of a boxed usage panel."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("standalone_mode", True) is False:
+            return super().__call__(*args, **kwargs)
+        try:
+            code = super().__call__(*args, standalone_mode=False, **kwargs)
+        except (click.exceptions.Abort, typer.Abort):
+            sys.exit(EXIT_INTERRUPTED)
+        except _CLICK_ERRORS as exc:
+            where = getattr(exc, "ctx", None)
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `kernelsmith` alone: the help, as before
+                print(where.get_help() if where is not None else exc.format_message())
+                sys.exit(getattr(exc, "exit_code", EXIT_BAD_INPUT))
+            see = f" (see: {where.command_path} --help)" if where is not None else ""
+            report_error(exc.format_message() + see, kind="usage", as_json="--json" in sys.argv[1:])
+            sys.exit(getattr(exc, "exit_code", EXIT_BAD_INPUT))
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = _App(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+           help="Evolve faster, verified Triton kernels.")
 err = Console(stderr=True)
 out = Console()
 
-EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEVICES_ASKED = ("auto", "cuda", "cpu")
+# EvalSettings' names for the flags of `kernelsmith eval`: an error names the flag the user typed
+EVAL_FLAGS = {"timeout_s": "--timeout", "trials": "--trials", "policy": "--policy", "backend": "--backend",
+              "device": "--device"}
 
 
-def bad_input(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+def report_error(message: str, *, file: str | Path | None = None, kind: str = "bad_input", as_json: bool = False,
+                 hint: str = "", **extra: Any) -> None:
+    """One line on stderr ("error: ..."); under --json, also `{"error", "file", "kind"[, "hint"]}` on stdout."""
+    line = " ".join(message.split())
+    hint = " ".join(hint.split())
+    err.print(f"[bold red]error:[/] {escape(line)}" + (f"; hint: {escape(hint)}" if hint else ""), highlight=False,
+              soft_wrap=True)
+    if as_json:
+        obj: dict[str, Any] = {"error": line, "file": str(file) if file is not None else None, "kind": kind}
+        if hint:
+            obj["hint"] = hint
+        print(json.dumps({**obj, **extra}))
+
+
+def bad_input(message: str, *, file: str | Path | None = None, kind: str = "bad_input", as_json: bool = False,
+              hint: str = "", **extra: Any) -> typer.Exit:
+    """Report bad input (`report_error`) and return the exit to raise: code 2."""
+    report_error(message, file=file, kind=kind, as_json=as_json, hint=hint, **extra)
     return typer.Exit(EXIT_BAD_INPUT)
+
+
+def input_error(exc: Exception, as_json: bool = False, kind: str = "bad_input") -> typer.Exit:
+    """Bad input from an exception: a `SourceError` (task, candidate, config) carries its file and kind."""
+    return bad_input(str(exc), file=getattr(exc, "file", None), kind=getattr(exc, "kind", None) or kind,
+                     as_json=as_json)
+
+
+def resolve_device(device: str | None) -> tuple[str, str]:
+    """(device, note): `auto` (or no choice) is cuda when torch sees a GPU, else cpu, with a note saying which
+    (printed once the inputs are known good: `say_device`); an explicit device has no note. ValueError for a
+    device that is none of auto, cuda, cpu."""
+    if device not in (None, *DEVICES_ASKED):
+        raise ValueError(f"--device {device!r}: expected auto, cuda or cpu")
+    if device not in (None, "auto"):
+        return check_device(device, "--device") or device, ""
+    import torch
+
+    chosen = "cuda" if torch.cuda.is_available() else "cpu"
+    why = f"{torch.cuda.device_count()} GPU(s) visible" if chosen == "cuda" else "torch sees no GPU: Triton's " \
+          "interpreter, no timing"
+    return chosen, f"device: {chosen} ({why}; --device to choose)"
+
+
+def say_device(note: str) -> None:
+    if note:
+        err.print(note, highlight=False, soft_wrap=True)
+
+
+def task_failure(task: Any, verdict: dict[str, Any], timeout_s: float | None = None) -> tuple[str, str]:
+    """(message, hint) for a verdict that the task's own failure ended (`Verdict.fault == "task"`)."""
+    kind = verdict.get("fault_kind", "")
+    sizes = task.size_constants() if task is not None else {}
+    listed = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    biggest = max(sizes, key=lambda k: sizes[k]) if sizes else ""
+    smaller = f"--set {biggest}={max(1, sizes[biggest] // 2)}" if biggest else "--set NAME=smaller"
+    hints = {
+        "memory": f"the reference needs too much memory at these sizes: try smaller ones, e.g. {smaller}"
+                  + (f" (size constants: {listed})" if listed else ""),
+        "timeout": "the reference is too slow at these sizes: try a longer timeout"
+                   + (f" (it was {timeout_s:g} s)" if timeout_s else "") + f" or smaller sizes, e.g. {smaller}",
+        "inputs": "get_inputs() must return the same inputs for the same seed (the referee seeds torch, numpy "
+                  "and random): no clock, no os.urandom, no state kept between calls",
+    }
+    name = getattr(task, "path", None) or "task"
+    why = str(verdict.get("error") or verdict.get("status")).removeprefix("the task's reference failed: ")
+    message = f"{name}: the task failed, not the candidate: {why}"
+    return message, hints.get(kind, "check the task's Model, get_inputs() and get_init_inputs() on their own")
 
 
 @app.callback()
@@ -34,36 +137,52 @@ def _main() -> None:
 def eval_command(
     task: Annotated[Path, typer.Argument(help="KernelBench-format task file (class Model, get_inputs, ...)")],
     candidate: Annotated[Path, typer.Argument(help="Candidate file defining class ModelNew")],
-    device: Annotated[str, typer.Option(help="cuda, or cpu (Triton interpreter; no timing)")] = "cuda",
+    device: Annotated[str, typer.Option(help="auto (cuda when torch sees a GPU, else cpu), cuda, or cpu "
+                                             "(Triton interpreter; no timing)")] = "auto",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a task constant: NAME=VALUE")] = None,
     policy: Annotated[str, typer.Option(help="strict: all compute in Triton; lenient: KernelBench's rule")] = "strict",
-    timeout: Annotated[float, typer.Option(help="Seconds for the whole evaluation")] = 300.0,
-    trials: Annotated[int, typer.Option(help="Random input sets (plus the task's get_test_inputs)")] = 5,
+    timeout: Annotated[float, typer.Option(help="Seconds for the whole evaluation (0 < s <= 86400)")] = 300.0,
+    trials: Annotated[int, typer.Option(help="Random input sets, 1-100 (plus the task's get_test_inputs)")] = 5,
     backend: Annotated[str, typer.Option(help="triton, or cuda (CUDA C++ through load_inline)")] = "triton",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict (or the error) as JSON")] = False,
 ) -> None:
     """Judge CANDIDATE against TASK: compiled? correct on fresh inputs? how much faster? did it cheat?
 
-    Exit code 0 when correct, 1 when not, 2 for bad input.
+    Exit code 0 when correct, 1 when not, 2 for bad input (the task's own failure included).
     """
     from kernelsmith.candidate import Candidate, CandidateError
     from kernelsmith.referee.pool import LocalPool, RequestError
     from kernelsmith.referee.verdict import Verdict
-    from kernelsmith.settings import EvalRequest, EvalSettings
+    from kernelsmith.settings import EvalRequest, EvalSettings, SettingsError, describe
     from kernelsmith.task import Task, TaskError, parse_overrides
 
     try:
-        settings = EvalSettings(device=device, policy=policy, timeout_s=timeout, trials=trials, backend=backend)
-        loaded = Task.load(task, parse_overrides(set_), device=device)
+        chosen, device_note = resolve_device(device)
+        settings = EvalSettings(device=chosen, policy=policy, timeout_s=timeout, trials=trials, backend=backend)
+    except SettingsError as exc:
+        message = describe(exc.cause, model=EvalSettings, names=EVAL_FLAGS) if exc.cause else str(exc)
+        raise bad_input(message, kind="bad_option", as_json=as_json) from None
+    except ValueError as exc:
+        raise bad_input(str(exc), kind="bad_option", as_json=as_json) from None
+    try:
+        loaded = Task.load(task, parse_overrides(set_), device=chosen)
         cand = Candidate.from_file(candidate)
-        pool = LocalPool(device, slots_per_gpu=1, cpu_slots=1, warm=0)  # the one way in, as every evaluation
-    except (TaskError, CandidateError, RequestError, ValueError) as exc:
-        raise bad_input(str(exc)) from None
+    except (TaskError, CandidateError) as exc:
+        raise input_error(exc, as_json) from None
+    try:
+        pool = LocalPool(chosen, slots_per_gpu=1, cpu_slots=1, warm=0)  # the one way in, as every evaluation
+    except (RequestError, ValueError) as exc:
+        raise bad_input(str(exc), kind="bad_option", as_json=as_json) from None
+    say_device(device_note)
     result = pool.run(EvalRequest(task_source=loaded.source, task_name=loaded.name, candidate_source=cand.source,
                                   options=settings))
     if result.get("status") == "bad_request":
-        raise bad_input(str(result.get("error")))
+        raise bad_input(str(result.get("error")), kind="bad_request", as_json=as_json)
     verdict = Verdict.from_dict(result)
+    if verdict.task_fault:
+        message, hint = task_failure(loaded, verdict.to_dict(), timeout)
+        raise bad_input(message, file=task, kind="task_failed", as_json=as_json, hint=hint,
+                        verdict=verdict.to_dict())
     if as_json:
         print(json.dumps(verdict.to_dict(), indent=2))
     else:
@@ -114,13 +233,21 @@ def evolve_command(
     run_dir: Annotated[Path | None, typer.Option(help="Where the run database and results go")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --run-dir")] = False,
     replay: Annotated[Path | None, typer.Option(help="Rerun a recorded run from its responses, no network")] = None,
-    device: Annotated[str | None, typer.Option(help="cuda, or cpu (Triton interpreter)")] = None,
+    device: Annotated[str | None, typer.Option(
+        help="auto (cuda when torch sees a GPU, else cpu; the default unless --config sets one), cuda, or cpu "
+             "(Triton interpreter)")] = None,
     backend: Annotated[str | None, typer.Option(help="triton, or cuda (CUDA C++ through load_inline)")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML file with any setting; flags override it")] = None,
     seed_program: Annotated[Path | None, typer.Option(help="A first candidate to start from")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Override a task constant: NAME=VALUE")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary (or the error) as JSON")] = False,
 ) -> None:
-    """Evolve a faster, verified Triton kernel for TASK."""
+    """Evolve a faster, verified Triton kernel for TASK.
+
+    Exit code 0 when a correct program was found, 1 when none was, 2 for bad input (the task's own failure
+    included), 130 when interrupted (it says how to resume).
+    """
+    from kernelsmith.candidate import Candidate, CandidateError
     from kernelsmith.task import TaskError, parse_overrides
     from kernelsmith.workshop.config import ConfigError, RunConfig, load_config, resume_config
     from kernelsmith.workshop.llm import LLMError
@@ -129,11 +256,17 @@ def evolve_command(
 
     flags: dict = {"task": task, "rounds": rounds, "population": population, "device": device, "run_dir": run_dir,
                    "proposer": proposer, "backend": backend}
+    cfg: RunConfig | None = None
+    device_note = ""
     try:
+        if device is not None:
+            flags["device"], device_note = resolve_device(device)
         if model:
             flags["models"] = [{"name": model, "base_url": base_url, "api_key_env": api_key_env}]
         if set_:
             flags["overrides"] = parse_overrides(set_)
+        if seed_program is not None:
+            Candidate.from_file(seed_program)  # read now: a bad file must not leave a half-made run dir behind
         changed: dict = {}
         if resume:  # the run's own settings; a flag may only change what a resume may change
             where = run_dir or (load_config(config).run_dir if config else RunConfig().run_dir)
@@ -141,14 +274,141 @@ def evolve_command(
             cfg.run_dir = Path(where)
         else:
             cfg = load_config(config, flags)
+            if "device" not in cfg.model_fields_set:  # neither a flag nor the config chose: what this machine has
+                chosen, device_note = resolve_device(None)
+                cfg = cfg.model_copy(update={"device": chosen})
+        if not resume and replay is None and not (Path(cfg.run_dir) / "run.db").exists():
+            check_task(cfg, as_json, device_note)
+            device_note = ""
+        say_device(device_note)
         summary = evolve(cfg, resume=resume, replay=replay, seed_program=seed_program, display=live_display,
                          changed=changed)
-    except (ConfigError, TaskError, ProposerUnavailable, LLMError, ValueError) as exc:
-        raise bad_input(str(exc)) from None
-    out.print(f"\n[bold]best[/]: {summary['best_id']} ({summary['best_status']}, speedup {summary['best_speedup']}) "
-              f"→ {cfg.run_dir / 'best.py'}", highlight=False)
-    if summary["stopped"]:
-        out.print(f"stopped early: {summary['stopped']}", highlight=False)
+    except KeyboardInterrupt:
+        raise interrupted(cfg) from None
+    except (ConfigError, TaskError, CandidateError) as exc:
+        raise input_error(exc, as_json) from None
+    except (ProposerUnavailable, LLMError, ValueError) as exc:
+        raise bad_input(str(exc), kind="bad_option", as_json=as_json) from None
+    raise typer.Exit(report_run(cfg, summary, as_json))
+
+
+# What `check_task` evaluates: no candidate at all, so that only the task's own code runs to completion.
+TASK_PROBE = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    """kernelsmith's check of the task before a run: the task's code runs, this stops at forward."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError("the task check has no candidate")
+'''
+
+
+def check_task(cfg: Any, as_json: bool = False, device_note: str = "") -> None:
+    """Before a new run, the task's own code once in the referee (its inputs twice, its init inputs, the
+    reference's construction and forward at the run's sizes): a task that fails there would fail every
+    candidate's evaluation the same way, so it is bad input (exit 2, with a hint), and no run dir is made. The
+    judge it starts is kept for the run's first evaluation. Skipped where the run would be refused anyway (no
+    model for `--proposer llm`) and for a run evaluated by a service (its own referee)."""
+    from kernelsmith.referee.pool import LocalPool, RequestError
+    from kernelsmith.settings import EvalRequest
+    from kernelsmith.task import Task
+
+    if cfg.task is None or cfg.referee_url or (cfg.proposer == "llm" and not cfg.models):
+        say_device(device_note)
+        return
+    task = Task.load(cfg.task, cfg.overrides, device=cfg.device)
+    try:
+        pool = LocalPool(cfg.device, slots_per_gpu=1, cpu_slots=1, warm=0)
+    except RequestError as exc:
+        raise bad_input(f"setting 'device': {exc}", kind="bad_option", as_json=as_json) from None
+    say_device(device_note)
+    result = pool.run(EvalRequest(task_source=task.source, task_name=task.name, candidate_source=TASK_PROBE,
+                                  options=cfg.eval_settings()))
+    if result.get("fault") == "task":
+        message, hint = task_failure(task, result, cfg.eval_timeout_s)
+        raise bad_input(message, file=cfg.task, kind="task_failed", as_json=as_json, hint=hint, verdict=result)
+
+
+def _resume_command(run_dir: Path) -> str:
+    """The command that continues the run in `run_dir`, as this one was typed (`.venv/bin/kernelsmith`...)."""
+    exe = sys.argv[0] if Path(sys.argv[0]).name == "kernelsmith" else "kernelsmith"
+    return f"{shlex.quote(exe)} evolve --resume --run-dir {shlex.quote(str(run_dir))}"
+
+
+def interrupted(cfg: Any) -> typer.Exit:
+    """Ctrl-C: say how to go on (the run dir keeps everything finished so far)."""
+    if cfg is not None and (Path(cfg.run_dir) / "run.db").exists():
+        err.print(f"\ninterrupted; resume with: {escape(_resume_command(cfg.run_dir))}", highlight=False,
+                  soft_wrap=True)
+    else:
+        err.print("\ninterrupted before the run started", highlight=False)
+    return typer.Exit(EXIT_INTERRUPTED)
+
+
+def _round_of(pid: str | None) -> str:
+    """A program's round as the panel counts rounds (1..N); program ids count from 0 ("r0c1": round 1)."""
+    if pid == "seed":
+        return "the seed"
+    try:
+        return f"round {int(str(pid)[1:].split('c')[0]) + 1}"
+    except ValueError:
+        return str(pid)
+
+
+def run_outcome(run_dir: Path) -> dict[str, Any]:
+    """What the run's verdicts say, read back from its database: the verdicts by program, how many were
+    correct, and the task's own failures."""
+    from kernelsmith.workshop.run import RUN_ID
+    from kernelsmith.workshop.store import RunStore
+
+    verdicts: dict[str, dict[str, Any]] = {}
+    with RunStore(Path(run_dir) / "run.db") as store:
+        for row in store.programs(RUN_ID):
+            if isinstance(row.get("verdict"), dict):
+                verdicts[str(row.get("name"))] = row["verdict"]
+    faults = [v for v in verdicts.values() if v.get("fault") == "task"]
+    return {"verdicts": verdicts, "correct": sum(1 for v in verdicts.values() if v.get("status") == "correct"),
+            "task_failures": len(faults), "task_failure": faults[0] if faults else None}
+
+
+def report_run(cfg: Any, summary: dict[str, Any], as_json: bool = False) -> int:
+    """The last lines of `evolve`, saying what the verdicts say, and its exit code: 0 with a correct program,
+    1 without one, 2 when the task itself failed (and nothing was ever correct)."""
+    from kernelsmith.task import Task, TaskError
+
+    outcome = run_outcome(cfg.run_dir)
+    show = err if as_json else out  # under --json, stdout carries the JSON alone
+    best, status, speedup = summary.get("best_id"), summary.get("best_status"), summary.get("best_speedup")
+    if summary.get("stopped"):
+        show.print(f"stopped early: {escape(str(summary['stopped']))}", highlight=False)
+    if status != "correct" and outcome["task_failure"] is not None:
+        try:
+            task = Task.load(cfg.task, cfg.overrides, device=cfg.device)
+        except TaskError:
+            task = None
+        message, hint = task_failure(task, outcome["task_failure"], cfg.eval_timeout_s)
+        report_error(f"{message} ({outcome['task_failures']} of {len(outcome['verdicts'])} evaluations ended so)",
+                     file=cfg.task, kind="task_failed", as_json=as_json, hint=hint, summary=summary)
+        return EXIT_BAD_INPUT
+    if status == "correct":
+        speed = f"{speedup:.3f}× the reference" if speedup else "correct (speed not measured on the cpu)"
+        show.print(f"\n[bold]best[/]: {best} ({_round_of(best)}): {speed} → {cfg.run_dir / 'best.py'}",
+                  highlight=False, soft_wrap=True)
+        code = EXIT_CORRECT
+    else:
+        why = str(outcome["verdicts"].get(str(best), {}).get("error") or "")
+        why = f": {why[:200]}{'…' if len(why) > 200 else ''}" if why else ""
+        attempt = f"; best attempt {best} ({_round_of(best)}): {status}{why}" if best else ""
+        show.print(f"\n[bold red]no correct program[/] among {len(outcome['verdicts'])} programs{escape(attempt)} "
+                  f"(verdicts in {cfg.run_dir / 'run.db'})", highlight=False, soft_wrap=True)
+        code = EXIT_NOT_CORRECT
+    if as_json:
+        print(json.dumps({**summary, "correct": code == EXIT_CORRECT, "run_dir": str(cfg.run_dir)}))
+    return code
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -158,7 +418,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def serve_command(
     host: Annotated[str, typer.Option(help="Address to bind; beyond localhost a token is required")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8470,
-    device: Annotated[str, typer.Option(help="cuda, or cpu (Triton interpreter; no timing)")] = "cuda",
+    device: Annotated[str, typer.Option(help="auto (cuda when torch sees a GPU, else cpu), cuda, or cpu "
+                                             "(Triton interpreter; no timing)")] = "auto",
     gpus: Annotated[str | None, typer.Option(help="GPU indices to use, e.g. 0,1 (default: all visible)")] = None,
     slots_per_gpu: Annotated[int, typer.Option(help="Evaluations at once per GPU (timing still runs alone)")] = 2,
     cpu_slots: Annotated[int, typer.Option(help="Evaluations at once with --device cpu")] = 2,
@@ -173,9 +434,12 @@ def serve_command(
     import os
 
     try:
-        check_device(device, "--device")
+        device, device_note = resolve_device(device)
     except ValueError as exc:
-        raise bad_input(str(exc)) from None
+        raise bad_input(str(exc), kind="bad_option") from None
+    say_device(device_note)
+    if not 0 < max_request_mb <= 1024:  # NaN fails this too
+        raise bad_input(f"--max-request-mb {max_request_mb}: expected a number in (0, 1024]", kind="bad_option")
     if backend not in ("local", "ray"):
         raise bad_input(f"--backend {backend!r}: expected local or ray")
     token = os.environ.get(token_env) or None
@@ -214,10 +478,15 @@ def live_display(progress):  # noqa: ANN001, ANN201 - Progress -> context manage
     def render() -> Table:
         p = progress
         t = Table(show_header=False, box=None, pad_edge=False)
-        best = f"{p.best_speedup:.3f}×" if p.best_speedup else ("correct (cpu)" if p.best_id else "—")
+        if not p.correct:  # the archive's best is not correct: say so, never "correct"
+            best = "no correct program yet" + (f" ({p.evaluated} evaluated)" if p.evaluated else "")
+        elif p.best_speedup:
+            best = f"{p.best_speedup:.3f}× ({p.best_id}, {_round_of(p.best_id)})"
+        else:
+            best = f"correct, speed not measured on the cpu ({p.best_id}, {_round_of(p.best_id)})"
         rate = f"{p.correct}/{p.evaluated}" if p.evaluated else "—"
         t.add_row("round", f"{p.round}/{p.rounds}")
-        t.add_row("best", f"{best} ({p.best_id or 'none yet'})")
+        t.add_row("best", best)
         t.add_row("correct", rate)
         t.add_row("proposals", f"{p.proposed} ({p.duplicates} duplicates, {p.unusable} unusable)")
         t.add_row("in flight", f"{p.in_flight_proposals} proposals, {p.in_flight_evaluations} evaluations")

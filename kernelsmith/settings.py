@@ -57,7 +57,7 @@ class EvalSettings(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise SettingsError(describe(exc, type(self).model_fields, model=type(self))) from None
+            raise SettingsError(describe(exc, type(self).model_fields, model=type(self)), exc) from None
 
     @field_validator("timing")
     @classmethod
@@ -107,7 +107,12 @@ class EvalRequest(BaseModel):
 
 
 class SettingsError(ValueError):
-    """Settings that cannot be used; the message names each bad setting and why."""
+    """Settings that cannot be used; the message names each bad setting and why. `cause`: pydantic's errors,
+    for a caller that names the settings its own way (the CLI names its flags)."""
+
+    def __init__(self, message: str, cause: ValidationError | None = None):
+        super().__init__(message)
+        self.cause = cause
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:

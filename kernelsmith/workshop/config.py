@@ -89,11 +89,16 @@ class RunConfig(BaseModel):
         return value
 
 
-def _describe(exc: ValidationError, origin: str) -> str:
-    """One line: a clause per bad setting, with the value given and a number's allowed range."""
+def _describe(exc: ValidationError, origin: str, file_keys: set[str] | None = None) -> str:
+    """One line: a clause per bad setting, with the value given and a number's allowed range. `file_keys`: the
+    settings that came from the file `origin` names (the others came from the command line)."""
     lines = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if file_keys is not None:
+            origin_here = origin if err["loc"] and err["loc"][0] in file_keys else "command line"
+        else:
+            origin_here = origin
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown setting (known: {', '.join(sorted(RunConfig.model_fields))})"
@@ -104,7 +109,7 @@ def _describe(exc: ValidationError, origin: str) -> str:
             allowed = field_range(RunConfig, err["loc"])
             if allowed:
                 msg += f" (allowed: {allowed})"
-        lines.append(f"{origin}: setting '{where}': {msg}")
+        lines.append(f"{origin_here}: setting '{where}': {msg}")
     return "; ".join(lines)
 
 
@@ -113,6 +118,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     ignored), validate."""
     data: dict[str, Any] = {}
     origin = "command line"
+    loaded: Any = None
     if path is not None:
         path = Path(path)
         origin = str(path)
@@ -132,8 +138,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, origin if not flags else f"{origin} + flags"),
-                          path if path is not None and not flags else None) from None
+        from_file = set(loaded or {}) - set(flags)
+        blamed = {err["loc"][0] for err in exc.errors() if err["loc"]} & from_file
+        raise ConfigError(_describe(exc, origin, from_file), path if blamed else None) from None
 
 
 # Settings a resumed run may change (recorded in the run): how long it goes on, what it may spend, how much it
