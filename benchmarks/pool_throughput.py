@@ -109,12 +109,16 @@ def serial(items: list[tuple[Path, str, str]], device: str, tmp: Path, timeout: 
     return time.perf_counter() - t0, verdicts
 
 
-def pooled(items: list[tuple[Path, str, str]], device: str, slots: int, timeout: float) -> tuple[float, list[dict]]:
+def pooled(items: list[tuple[Path, str, str]], device: str, slots: int, timeout: float,
+           warm: bool = True) -> tuple[float, list[dict], float]:
     """The batch through one pool, `capacity` in flight; one line per verdict as it lands (a cut-off run still says
-    where it was)."""
+    where it was). `warm`: the pool's sandbox template is started before the clock starts (a running service or
+    run has it already); its start-up time is returned separately."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     pool = LocalPool(device, slots_per_gpu=slots, cpu_slots=slots)
+    warm_s = pool.warm_up() if warm else 0.0
+    print(f"warm-up (the sandbox template): {warm_s:.1f} s", flush=True)
     requests = [{"task_source": task.read_text(), "task_name": task.name, "candidate_source": source,
                  "options": {"device": device, "timeout_s": timeout}} for task, source, _ in items]
     verdicts: list[dict] = [{} for _ in items]
@@ -126,7 +130,7 @@ def pooled(items: list[tuple[Path, str, str]], device: str, slots: int, timeout:
             verdicts[i] = v = fut.result()
             print(f"{time.perf_counter() - t0:7.1f} s  #{i:<3} {items[i][0].name:<24} {items[i][2]:<9} "
                   f"{v.get('status'):<14} {v.get('elapsed_s')} s {v.get('timing', {})}", flush=True)
-    return time.perf_counter() - t0, verdicts
+    return time.perf_counter() - t0, verdicts, warm_s
 
 
 def main() -> None:
@@ -141,6 +145,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0, help="each evaluation's time limit (the hanging one's)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="the cycle of candidate kinds")
     ap.add_argument("--no-serial", action="store_true", help="the pool only")
+    ap.add_argument("--cold", action="store_true", help="start the clock before the sandbox template is started")
     args = ap.parse_args()
     import faulthandler
     import signal
@@ -156,7 +161,7 @@ def main() -> None:
             serial_s, serial_v = serial(items, args.device, Path(tmp), args.timeout)
         args.out.write_text(json.dumps({"serial_s": serial_s, "serial": serial_v}))  # kept if the pool is cut off
         print(f"serial: {args.n} in {serial_s:.1f} s", flush=True)
-    pool_s, pool_v = pooled(items, args.device, args.slots, args.timeout)
+    pool_s, pool_v, warm_s = pooled(items, args.device, args.slots, args.timeout, warm=not args.cold)
     rows = []
     for (task, _, kind), a, b in zip(items, serial_v, pool_v):
         overlap = None
@@ -171,7 +176,7 @@ def main() -> None:
         "n": args.n, "slots": args.slots, "timeout_s": args.timeout,
         "pool_statuses": {st: sum(r["pool"] == st for r in rows) for st in sorted({str(r["pool"]) for r in rows})},
         "pool_elapsed_s": sorted(v.get("elapsed_s") or 0 for v in pool_v),
-        "serial_s": serial_s, "pool_s": pool_s,
+        "serial_s": serial_s, "pool_s": pool_s, "warm_up_s": warm_s,
         "serial_per_min": 60 * args.n / serial_s, "pool_per_min": 60 * args.n / pool_s,
         "same_status": sum(r["serial"] == r["pool"] for r in rows),
         "ci_overlap": sum(bool(r["ci_overlap"]) for r in rows),

@@ -190,7 +190,9 @@ class _Judges:
     fresh seeds, inputs and reference model. A judge goes back only after an evaluation it ended cleanly, and
     is taken again only once it says it is idle (it has freed that evaluation's memory)."""
 
-    MAX_IDLE = 8  # judges kept over all tasks (the least recently used go first)
+    # Judges kept over all tasks (the least recently used go first): enough for a batch over a benchmark's tasks
+    # (the shipped set is 15; with 8 a mixed batch over them met a kept judge for almost no evaluation).
+    MAX_IDLE = 16
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

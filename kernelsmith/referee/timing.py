@@ -19,6 +19,9 @@ import torch
 Fn = Callable[..., Any]
 
 
+CANARY_COPY_BYTES = 256 << 20  # device memory for one chunk's canary copies (both sides)
+
+
 @dataclass
 class TimingOptions:
     budget_s: float = 2.0  # measured time per evaluation, both sides together
@@ -36,9 +39,10 @@ class TimingOptions:
     noise_floor: float = 0.005
     canary_every: int = 7  # compare candidate vs reference output every k-th repetition
     # Stop before the budget once the paired log-ratios' standard error is below this (0: spend the whole
-    # budget). 0.1% gives a sample interval of about ±0.2%, already inside the ±0.5% noise floor above: more
-    # repetitions would narrow nothing the verdict reports, and the GPU is held alone meanwhile.
-    target_rse: float = 0.001
+    # budget). 0.2% gives a sample interval of about ±0.4%, still inside the ±0.5% noise floor above: more
+    # repetitions would narrow nothing the verdict reports, and the GPU is held alone meanwhile (every other
+    # sandbox on it frozen). At 0.1% a third of the pool's timing phases ran to `max_reps` (H200, 2026-12-03).
+    target_rse: float = 0.002
     chunk: int = 100  # repetitions between two looks at the standard error (each look synchronises)
 
 
@@ -194,11 +198,18 @@ def repeat_until_settled(run: Callable[[int, int], tuple[np.ndarray, np.ndarray]
 def _time_eager(ref: _Side, cand: _Side, flush: torch.Tensor, opts: TimingOptions, per_call: float,
                 outputs_match: Callable[..., bool]) -> TimingResult:
     canary_failures = 0
+    # Canaries are compared after the chunk, from copies taken on the stream right after the rep: comparing at
+    # once synchronises, and the rep after each drain measured launch gaps (the GPU idle, waiting for the CPU)
+    # as kernel time. Outputs too large to keep a chunk's copies of are compared at once, as before.
+    per_chunk = -(-max(opts.chunk, 1) // max(opts.canary_every, 1)) if opts.canary_every else 0
+    out_bytes = sum(t.numel() * t.element_size() for t in _flat(ref()) + _flat(cand()))
+    defer = per_chunk > 0 and out_bytes * per_chunk <= CANARY_COPY_BYTES
 
     def run(first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         nonlocal canary_failures
         events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
                   for _ in range(2)]
+        kept: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
         for j in range(n):
             r = first + j
             order = (0, 1) if r % 2 == 0 else (1, 0)  # A B, B A, ...
@@ -212,9 +223,12 @@ def _time_eager(ref: _Side, cand: _Side, flush: torch.Tensor, opts: TimingOption
                 outs[side_i] = side()
                 e.record()
             if opts.canary_every and r % opts.canary_every == opts.canary_every // 2:
-                if not outputs_match(_flat(outs[1]), _flat(outs[0])):
+                if defer:
+                    kept.append(([t.clone() for t in _flat(outs[1])], [t.clone() for t in _flat(outs[0])]))
+                elif not outputs_match(_flat(outs[1]), _flat(outs[0])):
                     canary_failures += 1
         torch.cuda.synchronize()
+        canary_failures += sum(not outputs_match(c, r) for c, r in kept)
         return (np.array([s.elapsed_time(e) for s, e in events[0]]),
                 np.array([s.elapsed_time(e) for s, e in events[1]]))
 
