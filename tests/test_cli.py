@@ -297,3 +297,13 @@ def test_ctrl_c_says_how_to_resume(tmp_path: Path) -> None:
     assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
     assert f"resume with: kernelsmith evolve --resume --run-dir '{run_dir}'" in err, err[-2000:]
     assert "Traceback" not in err
+
+
+def test_the_task_fault_marker_round_trips_and_old_verdicts_read_as_before() -> None:
+    from kernelsmith.referee.verdict import Status, Verdict
+
+    marked = Verdict(Status.CRASHED, error="the task's reference failed: x", fault="task", fault_kind="memory")
+    again = Verdict.from_dict(json.loads(json.dumps(marked.to_dict())))
+    assert again.task_fault and again.fault_kind == "memory" and again.status is Status.CRASHED
+    old = Verdict.from_dict({"status": "crashed", "error": "the task's reference failed: x", "guards": []})
+    assert not old.task_fault and old.fault == ""  # decided by the field, never by the message

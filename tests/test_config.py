@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from kernelsmith.settings import EvalSettings, SettingsError
 from kernelsmith.workshop.config import ConfigError, load_config
 
 
@@ -47,3 +49,60 @@ def test_bad_values_name_file_and_setting(tmp_path: Path, yaml_text: str, needle
 def test_missing_file() -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config("/nonexistent/run.yaml")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "needle"),
+    [
+        ("eval_timeout_s: .nan\n", "setting 'eval_timeout_s': Input should be a finite number (got nan) "
+                                   "(allowed: > 0 and <= 86400)"),
+        ("request_timeout_s: .inf\n", "(allowed: > 0 and <= 86400)"),
+        ("max_cost_usd: -1\n", "setting 'max_cost_usd': Input should be greater than 0 (got -1)"),
+        ("rounds: 100000000\n", "(allowed: >= 1 and <= 100000)"),
+        ("models:\n  - name: m\n    weight: .inf\n", "setting 'models.0.weight': Input should be a finite number"),
+        ("temperature: 5\n", "(allowed: >= 0 and <= 2)"),
+    ],
+)
+def test_numbers_are_finite_and_bounded_and_the_error_names_the_limit(tmp_path: Path, yaml_text: str,
+                                                                      needle: str) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml_text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    assert str(exc.value).startswith(f"{p}: ") and needle in str(exc.value), str(exc.value)
+    assert exc.value.file == str(p) and "\n" not in str(exc.value)
+
+
+def test_a_bad_flag_is_blamed_on_the_command_line_not_the_file(tmp_path: Path) -> None:
+    p = tmp_path / "ok.yaml"
+    p.write_text("rounds: 3\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(p, {"eval_timeout_s": float("inf")})
+    assert str(exc.value).startswith("command line: setting 'eval_timeout_s'") and exc.value.file is None
+
+
+def test_only_a_bounded_regular_file_is_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "run.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="it is a FIFO, not a regular file"):
+        load_config(fifo)  # refused, not waited on
+
+
+@pytest.mark.parametrize(
+    ("settings", "needle"),
+    [
+        ({"timeout_s": float("nan")}, "timeout_s nan: Input should be a finite number (allowed: > 0 and <= 86400)"),
+        ({"timeout_s": "Infinity"}, "timeout_s 'Infinity': Input should be a finite number"),
+        ({"trials": 100000}, "(allowed: >= 1 and <= 100)"),
+        ({"tolerance": 1e9}, "(allowed: > 0 and <= 1)"),
+        ({"timing": {"budget_s": 1e9}}, "timing option budget_s 1000000000.0: must be a finite number in [0.01, 600]"),
+        ({"timing": {"max_reps": 2.5}}, "timing option max_reps 2.5: must be an integer"),
+        ({"timing": {"min_reps": 50, "max_reps": 40}}, "min_reps must not exceed max_reps"),
+        ({"timing": {"graph": "sometimes"}}, "expected auto, on or off"),
+    ],
+)
+def test_evaluation_settings_refuse_what_no_evaluation_could_use(settings: dict, needle: str) -> None:
+    """The one settings model: the CLI, the workshop and the HTTP service all validate through it."""
+    with pytest.raises(SettingsError) as exc:
+        EvalSettings(**settings)
+    assert needle in str(exc.value), str(exc.value)
