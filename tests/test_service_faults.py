@@ -57,6 +57,9 @@ def test_a_job_that_breaks_its_worker_ends_crashed_and_the_queue_goes_on(tmp_pat
                                                                          reason: str) -> None:
     svc = faulty_service(tmp_path / "jobs.db").start()
     try:
+        work = tmp_path / "jobs.db.work"
+        (work / "cpu" / "kernelsmith-task-planted").mkdir(parents=True)  # as if a job were running there
+        (work / "cpu" / "kernelsmith-task-planted" / "seed").write_text("1234")
         with RefereeClient(svc.url, TOKEN) as client:
             requests = [with_fault(fault)] + [r for r, _ in HONEST]
             sub = client.submit(requests)
@@ -72,7 +75,7 @@ def test_a_job_that_breaks_its_worker_ends_crashed_and_the_queue_goes_on(tmp_pat
         stopped = [p for p in svc.descendants() if Path(f"/proc/{p}/stat").exists()
                    and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"]
         assert not stopped, f"a stopped worker was left behind: {stopped}"
-        leftovers = sorted(p.name for p in (tmp_path / "jobs.db.work").glob("*/*"))
+        leftovers = sorted(str(p.relative_to(work)) for name in ("cpu", "quarantine") for p in (work / name).glob("*"))
         assert not leftovers, f"temp dirs of the broken workers were left: {leftovers}"
     finally:
         svc.stop()
@@ -98,7 +101,11 @@ def test_a_job_that_kills_the_service_is_not_requeued_forever(tmp_path: Path) ->
             if not svc.alive():
                 restarts += 1
                 assert restarts <= 3, "the job keeps killing the service"
+                stale = tmp_path / "jobs.db.work" / "cpu" / f"kernelsmith-task-stale{restarts}"
+                stale.mkdir(parents=True, exist_ok=True)  # what a killed worker could leave: a job's files
+                (stale / "seed").write_text("1234")
                 svc.start()
+                assert not stale.exists(), "stale job dirs were not removed at start-up"
                 continue
             try:
                 batch = httpx.get(f"{svc.url}/v1/batches/{batch_id}", params={"wait": 5},

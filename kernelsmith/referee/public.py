@@ -33,9 +33,8 @@ class PathScrubber:
         roots[os.path.expanduser("~")] = "<home>"
         roots.update(extra or {})
         roots = {k.rstrip("/"): v for k, v in roots.items() if k and k.rstrip("/") not in ("", "/")}
-        # A task is checked in `<tmp>/kernelsmith-task-XXXX/NAME.py`: the client knows NAME, nothing else.
-        scratch = "|".join(re.escape(r) for r in {tmp, tempfile.gettempdir(), "/tmp", "/var/tmp"})
-        self._scratch = re.compile(rf"(?:{scratch})/kernelsmith-[A-Za-z0-9_.-]+/")
+        # A task is checked in `SOMEWHERE/kernelsmith-task-XXXX/NAME.py`: the client knows NAME, nothing else.
+        self._scratch = re.compile(r"(?:/[^\s'\"/:]+)*/kernelsmith-(?:task|child|build)-[A-Za-z0-9_]+/")
         longest_first = sorted(roots, key=len, reverse=True)
         self._roots = re.compile("|".join(re.escape(r) + r"(?=/|\b|$)" for r in longest_first))
         self._labels = roots

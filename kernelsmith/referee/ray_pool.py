@@ -51,14 +51,21 @@ class RayPool:
         self._ray = ray
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Evaluate on the next actor; an actor that dies, or holds the request past its hard limit (frozen), is
+        killed (Ray restarts it) and the request tried once more on the next one."""
+        from kernelsmith.referee.supervisor import job_limit_s
+
         for attempt in range(2):
             with self._lock:
                 actor = self.actors[next(self._next)]
             try:
-                return self._ray.get(actor.run.remote(request))
-            except self._ray.exceptions.RayActorError as exc:
+                return self._ray.get(actor.run.remote(request), timeout=job_limit_s(request))
+            except (self._ray.exceptions.RayActorError, self._ray.exceptions.GetTimeoutError) as exc:
+                if isinstance(exc, self._ray.exceptions.GetTimeoutError):
+                    self._ray.kill(actor, no_restart=False)
                 if attempt:
-                    return {"status": "crashed", "correct": False, "error": f"evaluation actor died: {exc}"}
+                    return {"status": "crashed", "correct": False,
+                            "error": f"evaluation actor died or froze twice: {type(exc).__name__}"}
         raise AssertionError("unreachable")
 
     def evaluate_many(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:

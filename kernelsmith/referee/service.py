@@ -49,7 +49,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from kernelsmith.referee.jobs import DEFAULT_MAX_FAULTS, DONE, JobStore
 from kernelsmith.referee.public import PathScrubber
-from kernelsmith.referee.supervisor import Supervisor, WorkerSpec, specs_for_pool
+from kernelsmith.referee.supervisor import Supervisor, WorkerSpec, reset_dir, specs_for_pool
 
 MAX_REQUEST_BYTES = 8 << 20
 MAX_BATCH = 1000
@@ -119,12 +119,15 @@ def _check(request: dict[str, Any], device: str) -> str | None:
     return None
 
 
-def _start_checker(parent: int) -> None:
-    """A checker dies with the service (it would otherwise outlive a SIGKILL) and imports torch before its first
-    request."""
+def _start_checker(parent: int, tmp: str) -> None:
+    """A checker dies with the service (it would otherwise outlive a SIGKILL), keeps its temp files in the
+    service's work dir (emptied at start-up) and imports torch before its first request."""
     from kernelsmith.referee.service_worker import die_with_parent
 
     die_with_parent(parent)
+    own = Path(tmp) / str(os.getpid())
+    own.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tempfile.tempdir = str(own)
     _check({"task_source": _WARM_TASK, "task_name": "warm", "candidate_source": "pass", "options": {}}, "cpu")
 
 
@@ -150,8 +153,8 @@ class Checkers:
     """Processes that check submissions (parsing a 1 MiB task takes seconds of CPU: never in the API process).
     A checker that dies is replaced; the request it held is refused, naming no server detail."""
 
-    def __init__(self, processes: int):
-        self.processes = processes
+    def __init__(self, processes: int, tmp: Path):
+        self.processes, self.tmp = processes, tmp
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
         self._warming: list[Any] = []
@@ -160,7 +163,7 @@ class Checkers:
         with self._lock:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_start_checker, initargs=(os.getpid(),))
+                                                 initializer=_start_checker, initargs=(os.getpid(), str(self.tmp)))
             return self._pool
 
     def warm(self) -> None:
@@ -376,7 +379,7 @@ def create_app(store: JobStore, backend: Any, *, token: str | None = None, devic
     waiters = Waiters()
     reads = ThreadPoolExecutor(8, thread_name_prefix="kernelsmith-db")
     health_reads = ThreadPoolExecutor(2, thread_name_prefix="kernelsmith-health")
-    checkers = Checkers(settings.validators)
+    checkers = Checkers(settings.validators, work_dir / "checkers")
     add_lock = threading.Lock()
 
     def on_done(job_id: str, batch_id: str) -> None:
@@ -397,6 +400,7 @@ def create_app(store: JobStore, backend: Any, *, token: str | None = None, devic
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):  # noqa: ANN202
+        reset_dir(work_dir)
         if dispatch:
             runner.start()
         checkers.warm()

@@ -41,6 +41,27 @@ QUARANTINE_IDLE_S = 60.0  # a quarantine worker with nothing to do is stopped af
 DEFAULT_TIMEOUT_S = 300.0  # EvalSettings.timeout_s's default, for a request that names none
 
 
+def reset_dir(path: Path) -> None:
+    """Empty the service's work dir (what a killed service left: its jobs' temp dirs, with their tasks)."""
+    for stale in path.glob("*") if path.exists() else []:
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() and not stale.is_symlink() else stale.unlink(
+            missing_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def job_limit_s(request: dict[str, Any], fixed: float | None = None) -> float:
+    """The hard limit on one job in a worker: `fixed`, else 3 × its timeout_s + 900 s (its timeout does not
+    count waits for sandboxes and for the timing lease, so the limit is generous)."""
+    if fixed:
+        return fixed
+    timeout = (request.get("options") or {}).get("timeout_s", DEFAULT_TIMEOUT_S)
+    try:
+        timeout = float(timeout)
+    except (TypeError, ValueError):
+        timeout = DEFAULT_TIMEOUT_S
+    return 3 * (timeout if math.isfinite(timeout) and timeout > 0 else DEFAULT_TIMEOUT_S) + 900.0
+
+
 @dataclass
 class WorkerSpec:
     """One worker process: its backend (service_worker.build_backend) and how many jobs it runs at once.
@@ -154,8 +175,6 @@ class Supervisor:
     # ---- the supervisor's thread ----
     def _main(self) -> None:
         self.recovered = self.store.recover(self.max_faults, self.device)
-        for stale in self.work_dir.glob("*") if self.work_dir.exists() else []:
-            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         self.work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         try:
@@ -229,12 +248,7 @@ class Supervisor:
         claimed = self.store.claim(suspects)
         if claimed is None:
             return False
-        timeout = (claimed.request.get("options") or {}).get("timeout_s", DEFAULT_TIMEOUT_S)
-        try:
-            timeout = float(timeout)
-        except (TypeError, ValueError):
-            timeout = DEFAULT_TIMEOUT_S
-        limit = self.job_limit_s or 3 * (timeout if math.isfinite(timeout) else DEFAULT_TIMEOUT_S) + 900.0
+        limit = job_limit_s(claimed.request, self.job_limit_s)
         w.jobs[claimed.id] = _Running(claimed.attempt, claimed.batch, time.monotonic(), limit)
         w.outbuf += pack({"run": claimed.id, "attempt": claimed.attempt, "request": claimed.request})
         self._flush(w)
