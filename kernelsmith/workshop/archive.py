@@ -11,9 +11,13 @@ is checked against the run it continues.
 
 Design choices:
 - Rejected programs (cheats) are never parents, inspirations or the incumbent: they are kept only as failures.
-- The hall of fame and island elites are ranked by score, ties broken by insertion order (earlier first).
+- One rule orders programs everywhere (hall of fame, island elites, grid cells, hence migration, parents and
+  the prompt's "best programs"): `score.displaces`. A correct program goes ahead of another correct one only when
+  its speedup interval lies wholly above the other's; speedups inside each other's intervals are ties, and on a
+  tie the program added earlier stays ahead. Timing noise therefore never reorders programs; without intervals
+  (the CPU) a strictly higher score goes ahead, and an incorrect program never goes ahead of a correct one.
 - The grid cell of a program is (complexity bin, score band, kernels bin, uses `tl.dot`, fusion bin); a cell
-  keeps its highest-scoring program (the first one on ties). Exploration prefers cells whose elite is correct.
+  keeps its first program until one displaces it. Exploration prefers cells whose elite is correct.
 - Migration happens when a round ends: `maybe_migrate(r)` says round r is over and migrates when r is a
   positive multiple of `migration_interval` (once per round; rounds skipped over are caught up). `add` also
   ends the earlier rounds itself when the first program of a later round arrives, so re-adding a run's programs
@@ -151,30 +155,24 @@ class GridBins:
         return {k: list(v) for k, v in dataclasses.asdict(self).items()}
 
 
-def _key(p: Program, seq: int) -> tuple[float, int]:
-    return (-p.score, seq)
-
-
 class _TopK:
-    """The k best programs by (score desc, insertion order), as a sorted list (k is small)."""
+    """The k best programs, best first (k is small). A newcomer goes in ahead of the first program it displaces
+    (`score.displaces`: its interval wholly above, or a strictly higher score without intervals) and behind every
+    one it ties with or loses to, so earlier programs keep their place on ties; the last one drops out."""
 
     def __init__(self, k: int):
         self.k = k
-        self.keys: list[tuple[float, int]] = []
         self.items: list[Program] = []
 
     def offer(self, p: Program, seq: int) -> tuple[bool, Program | None]:
         """(inserted, evicted)."""
         if self.k <= 0:
             return False, None
-        key = _key(p, seq)
-        if len(self.keys) >= self.k and key >= self.keys[-1]:
+        i = next((j for j, q in enumerate(self.items) if displaces(p, q)), len(self.items))
+        if i >= self.k:
             return False, None
-        i = bisect.bisect_left(self.keys, key)
-        self.keys.insert(i, key)
         self.items.insert(i, p)
-        if len(self.keys) > self.k:
-            self.keys.pop()
+        if len(self.items) > self.k:
             return True, self.items.pop()
         return True, None
 
@@ -282,7 +280,7 @@ class Archive:
         old = self._grid.get(cell)
         if old is None:
             bisect.insort(self._cells, cell)
-        if old is None or program.score > old.score:
+        if old is None or displaces(program, old):
             self._grid[cell] = program
             self._ref(program, seq)
             self._unref(old)
