@@ -353,3 +353,17 @@ def test_per_client_limit_on_jobs_in_flight(service: Service) -> None:
         assert [j["verdict"]["status"] for j in jobs] == ["timeout"] * 5 + ["correct"]
         again = client.submit([request("fault_syntax.py")] * 6)  # all done: the whole allowance is back
         assert [j["verdict"]["status"] for j in client.wait_batch(again["batch"], timeout_s=300)] == ["compile_error"] * 6
+
+
+@pytest.mark.parametrize(("option", "value", "limit"), [("timeout_s", float("nan"), "finite"),
+                                                       ("timeout_s", float("inf"), "finite"),
+                                                       ("timeout_s", 1e9, "86400"), ("trials", 100000, "100"),
+                                                       ("tolerance", 1e9, "<= 1")])
+def test_non_finite_or_huge_options_are_refused(service: Service, option: str, value: float, limit: str) -> None:
+    """The numbers once accepted by the service (NaN passed validation, so no deadline fired) are a 422 naming
+    the option and its limit; nothing is queued. (The limits themselves live in kernelsmith.settings.)"""
+    body = json.dumps({"requests": [request("good_relu.py", **{option: value})]})  # NaN/Infinity as JSON allows
+    r = httpx.post(f"{service.url}/v1/evaluations", content=body,
+                   headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 422 and option in r.text and limit in r.text, r.text
+    assert httpx.get(f"{service.url}/healthz").json()["jobs"]["queued"] == 0

@@ -144,6 +144,7 @@ class Supervisor:
         self.has_quarantine = any(s.suspects for s in specs)
         self.capacity = sum(s.capacity for s in specs if not s.suspects)
         self.recovered = 0
+        self.errors, self.last_error = 0, ""  # the supervisor's own failures (it carries on after each)
         self.eval_seconds_lost = 0.0  # eval seconds of worker processes that are gone
         self.started = time.time()
         self._stop = threading.Event()
@@ -179,7 +180,12 @@ class Supervisor:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         try:
             while not self._stop.is_set():
-                self._tick()
+                try:
+                    self._tick()
+                except Exception as exc:  # noqa: BLE001 - e.g. the database busy past its timeout: go on
+                    self.errors += 1
+                    self.last_error = self.scrub(f"{type(exc).__name__}: {str(exc)[:300]}")
+                    self._stop.wait(1.0)
         finally:
             for w in self.workers:
                 if w.proc is not None:
@@ -382,5 +388,7 @@ class Supervisor:
         return {"capacity": self.capacity, "busy": sum(len(w.jobs) for w in self.workers),
                 "ready": bool(main) and all(w.capacity for w in main), "workers": workers,
                 "recovered": self.recovered, "max_faults": self.max_faults,
+                "supervisor": {"alive": self._thread is not None and self._thread.is_alive(), "errors": self.errors,
+                               "last_error": self.last_error},
                 "eval_seconds": round(self.eval_seconds_lost + sum(
                     float(w.stats.get("eval_seconds", 0.0) or 0.0) for w in self.workers), 3)}
