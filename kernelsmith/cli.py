@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -21,8 +20,13 @@ from rich.table import Table
 
 from kernelsmith.settings import check_device
 
-# Click's exceptions, and Typer's own copies of them (Typer >= 0.2x vendors click)
-_CLICK_ERRORS = (click.ClickException, *((typer.TyperException,) if hasattr(typer, "TyperException") else ()))
+# The packages of pyproject's extras, by extra: a command that needs one says which extra to install.
+EXTRA_OF = {"fastapi": "service", "uvicorn": "service", "ray": "service", "trl": "coach", "transformers": "coach",
+            "peft": "coach", "datasets": "coach", "accelerate": "coach"}
+try:  # click's usage errors: Typer's own copy of click (recent Typer vendors it and needs no click)...
+    from typer import TyperException as _ClickError
+except ImportError:  # ...or click itself, which older Typer depends on
+    from click import ClickException as _ClickError
 
 
 class _App(typer.Typer):
@@ -32,11 +36,20 @@ class _App(typer.Typer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("standalone_mode", True) is False:
             return super().__call__(*args, **kwargs)
+        kwargs.setdefault("prog_name", "kernelsmith")  # also under `python -m kernelsmith.cli`
         try:
             code = super().__call__(*args, standalone_mode=False, **kwargs)
-        except (click.exceptions.Abort, typer.Abort):
+        except typer.Abort:
             sys.exit(EXIT_INTERRUPTED)
-        except _CLICK_ERRORS as exc:
+        except ModuleNotFoundError as exc:  # an extra's package (scripts/setup.sh installs none by default)
+            extra = EXTRA_OF.get(str(exc.name).split(".")[0])
+            if extra is None:
+                raise
+            report_error(f"this command needs the optional package {exc.name!r}: bash scripts/setup.sh {extra} "
+                         f"(or pip install 'kernelsmith[{extra}]')", kind="missing_extra",
+                         as_json="--json" in sys.argv[1:])
+            sys.exit(EXIT_BAD_INPUT)
+        except _ClickError as exc:
             where = getattr(exc, "ctx", None)
             if type(exc).__name__ == "NoArgsIsHelpError":  # `kernelsmith` alone: the help, as before
                 print(where.get_help() if where is not None else exc.format_message())

@@ -175,7 +175,7 @@ def test_a_flag_click_cannot_parse_is_one_line_too() -> None:
     assert_one_line_error(proc, "--trials")
     assert json_error(proc.stdout)["kind"] == "usage"
     proc = run_cli("eval", str(TASK_RELU), str(GOOD_RELU), "--no-such-flag", timeout=120)
-    assert_one_line_error(proc, "--no-such-flag")
+    assert_one_line_error(proc, "--no-such-flag", "(see: kernelsmith eval --help)")
 
 
 @pytest.mark.parametrize(("setting", "needles"), [
@@ -307,3 +307,10 @@ def test_the_task_fault_marker_round_trips_and_old_verdicts_read_as_before() -> 
     assert again.task_fault and again.fault_kind == "memory" and again.status is Status.CRASHED
     old = Verdict.from_dict({"status": "crashed", "error": "the task's reference failed: x", "guards": []})
     assert not old.task_fault and old.fault == ""  # decided by the field, never by the message
+
+
+def test_a_command_whose_extra_is_not_installed_says_which_extra() -> None:
+    hidden = "import sys; sys.modules['uvicorn'] = None; from kernelsmith.cli import app; app()"  # as if not installed
+    proc = subprocess.run([sys.executable, "-c", hidden, "serve", "--device", "cpu"], capture_output=True,
+                          text=True, timeout=120)
+    assert_one_line_error(proc, "'uvicorn'", "bash scripts/setup.sh service")
