@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -373,8 +375,8 @@ def _round_of(pid: str | None) -> str:
 
 
 def run_outcome(run_dir: Path) -> dict[str, Any]:
-    """What the run's verdicts say, read back from its database: the verdicts by program, how many were
-    correct, and the task's own failures."""
+    """What the run's verdicts say, read back from its database: the verdicts by program, how many the referee
+    gave, and the task's own failures among them."""
     from kernelsmith.workshop.run import RUN_ID
     from kernelsmith.workshop.store import RunStore
 
@@ -383,14 +385,16 @@ def run_outcome(run_dir: Path) -> dict[str, Any]:
         for row in store.programs(RUN_ID):
             if isinstance(row.get("verdict"), dict):
                 verdicts[str(row.get("name"))] = row["verdict"]
-    faults = [v for v in verdicts.values() if v.get("fault") == "task"]
-    return {"verdicts": verdicts, "correct": sum(1 for v in verdicts.values() if v.get("status") == "correct"),
-            "task_failures": len(faults), "task_failure": faults[0] if faults else None}
+    judged = [v for v in verdicts.values() if "fault" in v]  # the referee's (an unusable answer's is not)
+    faults = [v for v in judged if v.get("fault") == "task"]
+    return {"verdicts": verdicts, "judged": len(judged), "task_failures": len(faults),
+            "task_failure": faults[0] if faults else None}
 
 
 def report_run(cfg: Any, summary: dict[str, Any], as_json: bool = False) -> int:
     """The last lines of `evolve`, saying what the verdicts say, and its exit code: 0 with a correct program,
-    1 without one, 2 when the task itself failed (and nothing was ever correct)."""
+    1 without one, 2 when the task itself failed in every evaluation (a task that fails at once is stopped
+    before the run by `check_task`; this is one that failed later, e.g. past the time limit at some sizes)."""
     from kernelsmith.task import Task, TaskError
 
     outcome = run_outcome(cfg.run_dir)
@@ -398,13 +402,13 @@ def report_run(cfg: Any, summary: dict[str, Any], as_json: bool = False) -> int:
     best, status, speedup = summary.get("best_id"), summary.get("best_status"), summary.get("best_speedup")
     if summary.get("stopped"):
         show.print(f"stopped early: {escape(str(summary['stopped']))}", highlight=False)
-    if status != "correct" and outcome["task_failure"] is not None:
+    if status != "correct" and outcome["task_failures"] and outcome["task_failures"] == outcome["judged"]:
         try:
             task = Task.load(cfg.task, cfg.overrides, device=cfg.device)
         except TaskError:
             task = None
         message, hint = task_failure(task, outcome["task_failure"], cfg.eval_timeout_s)
-        report_error(f"{message} ({outcome['task_failures']} of {len(outcome['verdicts'])} evaluations ended so)",
+        report_error(f"{message} (every one of the run's {outcome['judged']} evaluations ended so)",
                      file=cfg.task, kind="task_failed", as_json=as_json, hint=hint, summary=summary)
         return EXIT_BAD_INPUT
     if status == "correct":
@@ -416,6 +420,8 @@ def report_run(cfg: Any, summary: dict[str, Any], as_json: bool = False) -> int:
         why = str(outcome["verdicts"].get(str(best), {}).get("error") or "")
         why = f": {why[:200]}{'…' if len(why) > 200 else ''}" if why else ""
         attempt = f"; best attempt {best} ({_round_of(best)}): {status}{why}" if best else ""
+        if outcome["task_failures"]:
+            attempt += f"; {outcome['task_failures']} evaluation(s) ended in the task's own failure"
         show.print(f"\n[bold red]no correct program[/] among {len(outcome['verdicts'])} programs{escape(attempt)} "
                   f"(verdicts in {cfg.run_dir / 'run.db'})", highlight=False, soft_wrap=True)
         code = EXIT_NOT_CORRECT
@@ -508,7 +514,14 @@ def live_display(progress):  # noqa: ANN001, ANN201 - Progress -> context manage
             t.add_row("", e)
         return t
 
-    return Live(get_renderable=render, console=err, refresh_per_second=2, transient=False)
+    @contextmanager
+    def panel() -> Iterator[Live]:
+        with Live(get_renderable=render, console=err, refresh_per_second=2, transient=False) as live:
+            yield live
+        if not err.is_terminal:  # rich ends the panel's last line only on a terminal
+            err.line()
+
+    return panel()
 
 
 def main() -> None:  # pragma: no cover

@@ -69,15 +69,19 @@ def json_error(stdout: str) -> dict:
     return obj
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess | object, *needles: str) -> str:
-    """Exit 2, no traceback, and exactly one `error:` line on stderr containing every needle."""
+def assert_one_line_error(proc: subprocess.CompletedProcess | object, *needles: str, panel: bool = False) -> str:
+    """Exit 2, no traceback, and exactly one `error:` line on stderr containing every needle; nothing else there
+    but the device chosen (and, with `panel`, evolve's live panel, which comes before the line)."""
     stderr = proc.stderr
     code = proc.returncode if hasattr(proc, "returncode") else proc.exit_code
     assert code == EXIT_BAD_INPUT, (code, stderr)
     assert "Traceback" not in stderr, stderr
     lines = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, stderr
-    assert len([line for line in stderr.splitlines() if line.strip() and not line.startswith("device:")]) == 1, stderr
+    if not panel:
+        assert len([line for line in stderr.splitlines() if line.strip() and not line.startswith("device:")]) == 1, \
+            stderr
+    assert stderr.rstrip().endswith(lines[0]), stderr
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
@@ -260,6 +264,22 @@ def test_evolve_stops_before_the_run_when_the_task_fails(tmp_path: Path) -> None
     assert_one_line_error(proc, str(task), "the task failed, not the candidate", "ValueError: no inputs today")
     assert json_error(proc.stdout)["kind"] == "task_failed"
     assert not run_dir.exists()  # nothing recorded against a candidate
+
+
+def test_evolve_blames_the_task_when_every_evaluation_ended_in_its_failure(tmp_path: Path) -> None:
+    """A reference that passes the check before the run (one call) but fails on its second call: every
+    evaluation of the run ends in the task's failure, and the run's outcome says so (exit 2), not `crashed`."""
+    task = task_file(tmp_path, "flaky_task.py", forward="""_calls.append(x)
+        if isinstance(x, torch.Tensor) and not x.is_meta and len(_calls) > 1:
+            raise RuntimeError('the reference breaks on its second call')
+        return torch.relu(x)""")
+    task.write_text(task.read_text().replace("class Model", "_calls = []\n\n\nclass Model"))
+    proc = run_cli("evolve", str(task), "--device", "cpu", "--rounds", "1", "--population", "1", "--run-dir",
+                   str(tmp_path / "run"), "--json")
+    assert_one_line_error(proc, "the task failed, not the candidate", "breaks on its second call",
+                          "every one of the run's 1 evaluations", panel=True)
+    err = json_error(proc.stdout)
+    assert err["kind"] == "task_failed" and err["summary"]["best_status"] == "crashed", err
 
 
 # ------------------------------------------------------------------------------------------ evolve's outcome
