@@ -25,6 +25,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 # Pin the torch build first so nothing pulls a multi-GB CUDA wheel on a CPU machine.
 .venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q torch
+# (setuptools' boxed notice that an editable install follows the checkout is what it is for: not shown)
+export PYTHONWARNINGS="ignore:Editable installation"
 if [ -n "$EXTRAS" ]; then
   .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
 else
