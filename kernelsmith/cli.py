@@ -402,14 +402,18 @@ def report_run(cfg: Any, summary: dict[str, Any], as_json: bool = False) -> int:
     best, status, speedup = summary.get("best_id"), summary.get("best_status"), summary.get("best_speedup")
     if summary.get("stopped"):
         show.print(f"stopped early: {escape(str(summary['stopped']))}", highlight=False)
-    if status != "correct" and outcome["task_failures"] and outcome["task_failures"] == outcome["judged"]:
+    stopped_by_task = summary.get("task_failure")  # the engine stopped: the task failed before anything was correct
+    every = outcome["task_failures"] and outcome["task_failures"] == outcome["judged"]
+    if status != "correct" and (stopped_by_task or every):
         try:
             task = Task.load(cfg.task, cfg.overrides, device=cfg.device)
         except TaskError:
             task = None
-        message, hint = task_failure(task, outcome["task_failure"], cfg.eval_timeout_s)
-        report_error(f"{message} (every one of the run's {outcome['judged']} evaluations ended so)",
-                     file=cfg.task, kind="task_failed", as_json=as_json, hint=hint, summary=summary)
+        message, hint = task_failure(task, stopped_by_task or outcome["task_failure"], cfg.eval_timeout_s)
+        how = ("the run stopped; `--resume` evaluates that program again" if stopped_by_task else
+               f"every one of the run's {outcome['judged']} evaluations ended so")
+        report_error(f"{message} ({how})", file=cfg.task, kind="task_failed", as_json=as_json, hint=hint,
+                     summary=summary)
         return EXIT_BAD_INPUT
     if status == "correct":
         speed = f"{speedup:.3f}× the reference" if speedup else "correct (speed not measured on the cpu)"
@@ -472,7 +476,7 @@ def serve_command(
 
     from kernelsmith.referee.jobs import JobStore
     from kernelsmith.referee.pool import LocalPool, RequestError
-    from kernelsmith.referee.service import create_app
+    from kernelsmith.referee.service import ServiceSettings, create_app
 
     try:
         if backend == "ray":
@@ -484,7 +488,12 @@ def serve_command(
         store = JobStore(db)
     except (RequestError, RuntimeError, OSError) as exc:
         raise bad_input(str(exc)) from None
-    application = create_app(store, pool, token=token, device=device, max_request_bytes=int(max_request_mb * 2**20))
+    try:  # KERNELSMITH_ALLOWED_HOSTS, _MAX_FAULTS, _CLIENT_MAX_JOBS, _HEARTBEAT_TIMEOUT_S, _JOB_LIMIT_S
+        service_settings = ServiceSettings.from_env()
+    except ValueError as exc:
+        raise bad_input(str(exc), kind="bad_option") from None
+    application = create_app(store, pool, token=token, device=device, max_request_bytes=int(max_request_mb * 2**20),
+                             settings=service_settings, host=host)
     err.print(f"kernelsmith referee on http://{host}:{port} ({backend}, {device}, {pool.capacity} slots, "
               f"jobs in {db})", highlight=False)
     uvicorn.run(application, host=host, port=port, log_level="warning")

@@ -334,3 +334,11 @@ def test_a_command_whose_extra_is_not_installed_says_which_extra() -> None:
     proc = subprocess.run([sys.executable, "-c", hidden, "serve", "--device", "cpu"], capture_output=True,
                           text=True, timeout=120)
     assert_one_line_error(proc, "'uvicorn'", "bash scripts/setup.sh service")
+
+
+def test_serve_refuses_a_bad_service_setting_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "KERNELSMITH_MAX_FAULTS": "many"}
+    proc = subprocess.run([*CLI, "serve", "--device", "cpu", "--db", str(tmp_path / "jobs.db")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert_one_line_error(proc, "max_faults")

@@ -97,3 +97,28 @@ def test_the_budget_counts_what_was_spent_before_a_resume(stub: OpenAIStub, tmp_
     for t in out["trials"]:
         assert budget <= t["summary"]["tokens"] <= budget + per_round, t
     assert out["differences"] == {}, json.dumps(out, indent=1)[:6000]
+
+
+def test_a_task_that_fails_stops_the_run_and_a_resume_judges_again(tmp_path: Path) -> None:
+    """The task's own failure before anything is correct stops the run (never recorded as every candidate's
+    verdict); its program stays pending, so a resume, the task healthy again, evaluates it."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from resume_driver import TASK, judge
+
+    from kernelsmith.workshop.config import RunConfig
+    from kernelsmith.workshop.run import evolve
+    from kernelsmith.workshop.store import RunStore
+
+    cfg = RunConfig(task=TASK, rounds=2, population=2, islands=1, device="cpu", proposer="offline",
+                    run_dir=tmp_path / "run", seed=3)
+    failed = {"status": "crashed", "correct": False, "fault": "task", "fault_kind": "memory",
+              "error": "the task's reference failed: CUDA out of memory", "guards": []}
+    summary = evolve(cfg, judge=lambda candidate: failed)
+    assert summary["stopped"].startswith("TaskFailed") and summary["task_failure"]["fault_kind"] == "memory"
+    assert summary["rounds_done"] == 0 and summary["best_id"] is None
+    with RunStore(cfg.run_dir / "run.db") as store:
+        assert store.pending("main") and not any(p["verdict"] for p in store.programs("main"))
+    summary = evolve(cfg, resume=True, judge=judge)
+    assert summary["rounds_done"] == 2 and summary["best_status"] == "correct" and not summary["stopped"]
+    with RunStore(cfg.run_dir / "run.db") as store:
+        assert not store.pending("main")

@@ -79,6 +79,16 @@ class Progress:
                 setattr(self, k, type(getattr(self, k))(counts[k]))
 
 
+class TaskFailed(RuntimeError):
+    """The task itself failed (its reference or its inputs: `fault == "task"`) while no program was correct yet:
+    nothing can be judged, so the run stops. The verdict is not recorded, so a resume evaluates that program again
+    (a transient failure, such as memory another process held, does not end the run for good)."""
+
+    def __init__(self, verdict: dict[str, Any]):
+        super().__init__(f"the task failed, not the candidate: {str(verdict.get('error', ''))[:300]}")
+        self.verdict = verdict
+
+
 @dataclass(frozen=True)
 class ChildResult:
     program: Program
@@ -99,6 +109,7 @@ class Engine:
         self.eval_slots = asyncio.Semaphore(config.eval_workers)
         self.archive = self._new_archive()
         self._elapsed_before = 0.0  # time spent on this run by earlier processes (resume)
+        self.task_failure: dict[str, Any] | None = None  # the verdict that stopped the run (TaskFailed)
         self._started = time.monotonic()
 
     def _new_archive(self) -> Archive:
@@ -145,6 +156,8 @@ class Engine:
                 verdict = await asyncio.to_thread(self.evaluate_sync, candidate)
         finally:
             self.progress.in_flight_evaluations -= 1
+        if verdict.get("fault") == "task" and not self._any_correct():
+            raise TaskFailed(verdict)  # left pending: a resume evaluates it again
         self.store.add_verdict(self.run_id, pid, verdict)
         self.store.clear_pending(self.run_id, pid)
         self.progress.evaluated += 1
@@ -241,6 +254,10 @@ class Engine:
         self._refresh_best()
         self.store.set_counters(self.run_id, {"progress": self._checkpoint(seeded=True)})
 
+    def _any_correct(self) -> bool:
+        best = self.archive.best()
+        return best is not None and best.correct
+
     def elapsed_s(self) -> float:
         """Time spent on this run, over every process that worked on it."""
         return self._elapsed_before + (time.monotonic() - self._started)
@@ -255,7 +272,11 @@ class Engine:
 
         self._started = time.monotonic()
         start = self.restore()
-        await self._seed()
+        try:
+            await self._seed()
+        except TaskFailed as exc:
+            self._stop(exc)
+            return self.progress
         c = self.config
         for round_ in range(start, c.rounds):
             self.progress.round = round_ + 1
@@ -263,9 +284,10 @@ class Engine:
             self._digests: list[str | None] = [None] * c.population
             tasks = [asyncio.create_task(self._child(round_, i)) for i in range(c.population)]
             results: list[ChildResult | BaseException] = await asyncio.gather(*tasks, return_exceptions=True)
-            stop = next((r for r in results if isinstance(r, (BudgetExhausted, RunDiverged))), None)
+            stop = next((r for r in results if isinstance(r, TaskFailed)), None) or next(
+                (r for r in results if isinstance(r, (BudgetExhausted, RunDiverged))), None)
             if stop is not None:  # a partial round is not archived: a resume redoes it exactly
-                self.progress.stopped = f"{type(stop).__name__}: {stop}"
+                self._stop(stop)
                 break
             for r in results:
                 if isinstance(r, LLMError):
@@ -283,6 +305,11 @@ class Engine:
             best = self.progress.best_speedup
             self.progress.note(f"round {round_ + 1}: best " + (f"{best:.3f}×" if best else str(self.progress.best_id)))
         return self.progress
+
+    def _stop(self, why: BaseException) -> None:
+        self.progress.stopped = f"{type(why).__name__}: {why}"
+        if isinstance(why, TaskFailed):
+            self.task_failure = why.verdict
 
     def _refresh_best(self) -> None:
         best = self.archive.best()
@@ -324,6 +351,7 @@ class Engine:
             "duplicates": pr.duplicates, "unusable_responses": pr.unusable, "tokens": pr.tokens,
             "cost_usd": round(pr.cost_usd, 6), "stopped": pr.stopped, "elapsed_s": round(self.elapsed_s(), 1),
             "archive_digest": self.archive.snapshot_digest(), "finished_at": time.time(),
+            "task_failure": self.task_failure,
         }
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         (run_dir / "lineage.json").write_text(json.dumps(self.lineage(), indent=2))
