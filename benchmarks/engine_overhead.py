@@ -36,7 +36,7 @@ from kernelsmith.candidate import Candidate  # noqa: E402
 from kernelsmith.workshop.config import RunConfig  # noqa: E402
 from kernelsmith.workshop.engine import Engine, Progress  # noqa: E402
 from kernelsmith.workshop.proposers import make_proposer  # noqa: E402
-from kernelsmith.workshop.run import RUN_ID, Ledger, _cached  # noqa: E402
+from kernelsmith.workshop.run import RUN_ID, Ledger, _answers  # noqa: E402
 from kernelsmith.workshop.store import RunStore  # noqa: E402
 
 PROGRAM = (ROOT / "solutions" / "level1" / "01_relu.py").read_text()
@@ -85,7 +85,7 @@ def main() -> None:
                         run_dir=Path(tmp), models=[{"name": "stub", "base_url": stub.base_url}])
         store = RunStore(Path(tmp) / "run.db")
         store.create_run(cfg.model_dump(mode="json"), run_id=RUN_ID)
-        proposer = _cached(store, make_proposer(cfg))
+        proposer = _answers(store, make_proposer(cfg))
         progress = Progress(rounds=cfg.rounds)
         engine = Engine(cfg, Ledger(store), RUN_ID, "relu", "reference", proposer, judge, {}, None, progress)
         original = engine._child

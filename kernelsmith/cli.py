@@ -377,14 +377,10 @@ def _round_of(pid: str | None) -> str:
 def run_outcome(run_dir: Path) -> dict[str, Any]:
     """What the run's verdicts say, read back from its database: the verdicts by program, how many the referee
     gave, and the task's own failures among them."""
-    from kernelsmith.workshop.run import RUN_ID
-    from kernelsmith.workshop.store import RunStore
+    from kernelsmith.workshop.record import RunReader
 
-    verdicts: dict[str, dict[str, Any]] = {}
-    with RunStore(Path(run_dir) / "run.db") as store:
-        for row in store.programs(RUN_ID):
-            if isinstance(row.get("verdict"), dict):
-                verdicts[str(row.get("name"))] = row["verdict"]
+    with RunReader(run_dir) as reader:
+        verdicts = {p.name: p.verdict for p in reader.programs() if isinstance(p.verdict, dict)}
     judged = [v for v in verdicts.values() if "fault" in v]  # the referee's (an unusable answer's is not)
     faults = [v for v in judged if v.get("fault") == "task"]
     return {"verdicts": verdicts, "judged": len(judged), "task_failures": len(faults),

@@ -266,9 +266,9 @@ def test_evolve_stops_before_the_run_when_the_task_fails(tmp_path: Path) -> None
     assert not run_dir.exists()  # nothing recorded against a candidate
 
 
-def test_evolve_blames_the_task_when_every_evaluation_ended_in_its_failure(tmp_path: Path) -> None:
-    """A reference that passes the check before the run (one call) but fails on its second call: every
-    evaluation of the run ends in the task's failure, and the run's outcome says so (exit 2), not `crashed`."""
+def test_evolve_stops_when_the_task_fails_during_the_run(tmp_path: Path) -> None:
+    """A reference that passes the check before the run (one call) but fails on its second call: the run stops
+    at the task's failure (nothing was correct yet; no candidate is charged with it) and says so (exit 2)."""
     task = task_file(tmp_path, "flaky_task.py", forward="""_calls.append(x)
         if isinstance(x, torch.Tensor) and not x.is_meta and len(_calls) > 1:
             raise RuntimeError('the reference breaks on its second call')
@@ -277,9 +277,10 @@ def test_evolve_blames_the_task_when_every_evaluation_ended_in_its_failure(tmp_p
     proc = run_cli("evolve", str(task), "--device", "cpu", "--rounds", "1", "--population", "1", "--run-dir",
                    str(tmp_path / "run"), "--json")
     assert_one_line_error(proc, "the task failed, not the candidate", "breaks on its second call",
-                          "every one of the run's 1 evaluations", panel=True)
+                          "the run stopped; `--resume` evaluates that program again", panel=True)
     err = json_error(proc.stdout)
-    assert err["kind"] == "task_failed" and err["summary"]["best_status"] == "crashed", err
+    assert err["kind"] == "task_failed" and err["summary"]["stopped"].startswith("TaskFailed"), err
+    assert err["summary"]["best_status"] is None, err  # no verdict blamed a candidate
 
 
 # ------------------------------------------------------------------------------------------ evolve's outcome

@@ -77,7 +77,7 @@ def test_round_trips(store):
     p = store.add_prompt(run, "prompt one", round=1, island=2, parent_id=a)
     assert store.prompts(run)[0] | {"created": 0} == {
         "id": p, "run_id": run, "round": 1, "island": 2, "parent_id": a, "text": "prompt one", "hash": h,
-        "created": 0, "child": None,
+        "created": 0, "child": None, "messages": None, "shown": None,
     }
     assert store.cached_response(h) is None
     assert store.cache_response(h, "model-a", "answer", {"prompt_tokens": 10})

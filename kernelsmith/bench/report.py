@@ -181,9 +181,8 @@ def _diff(parent: str | None, code: str, limit: int = 600) -> list[str]:
 def round_stats(run: RunData) -> list[dict[str, Any]]:
     prompts = Counter(p["round"] for p in run.prompts)
     tokens: dict[int, int] = defaultdict(int)
-    round_of_hash = {p["hash"]: p["round"] for p in run.prompts}
     for r in run.responses:
-        rnd = round_of_hash.get(r["prompt_hash"])
+        rnd = r["round"]
         if rnd is not None:
             u = r["usage"] or {}
             tokens[rnd] += int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
@@ -344,12 +343,12 @@ def tokens_section(run: RunData) -> str:
                    for k, m in sorted(per_model.items()))
     return (f'<div class="kpis"><div class="kpi" id="tokens-total">tokens (this run)<b>{int(tokens or 0)}</b></div>'
             f'<div class="kpi" id="cost-total">cost<b>${float(cost or 0):.4f}</b></div>'
-            f'<div class="kpi">responses recorded<b>{len(run.responses)}</b></div>'
+            f'<div class="kpi">answers recorded<b>{len(run.responses)}</b></div>'
             f'<div class="kpi">unusable responses<b>{esc(s.get("unusable_responses", "—"))}</b></div>'
             f'<div class="kpi">duplicates<b>{esc(s.get("duplicates", "—"))}</b></div></div>'
-            "<p class=\"muted\">tokens and cost are the run's counters (cached responses on resume or replay cost "
-            "nothing); the table sums what each recorded response reported.</p>"
-            "<table><tr><th>model</th><th>responses</th><th>prompt tokens</th><th>completion tokens</th>"
+            "<p class=\"muted\">tokens and cost are the run's counters (what this run paid for, over every resume; a "
+            "replay's answers cost nothing); the table sums what each recorded answer reported.</p>"
+            "<table><tr><th>model</th><th>answers</th><th>prompt tokens</th><th>completion tokens</th>"
             f"<th>cost</th></tr>{rows}</table>")
 
 

@@ -1,26 +1,16 @@
-"""A run dir read back for the report: programs, verdicts, prompts, responses and counters from `run.db`
-(read-only sqlite3 queries, never the workshop's writer), plus `summary.json`, and the archive rebuilt from the
-stored programs exactly the way a resumed run rebuilds it (same order, same settings) to show its MAP-Elites grid.
+"""A run dir read back for the report, through the run's one reader (`workshop.record.RunReader`, read-only):
+programs, verdicts, prompts, answers and counters, plus `summary.json`, and the archive rebuilt from the stored
+programs exactly the way a resumed run rebuilds it (same order, same settings) to show its MAP-Elites grid.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kernelsmith.bench.tasks import BenchInputError
-
-
-def _json(v: Any) -> Any:
-    if isinstance(v, (bytes, str)):
-        try:
-            return json.loads(v)
-        except (json.JSONDecodeError, TypeError):
-            return v
-    return v
+from kernelsmith.workshop.record import RunReader, RunReadError
 
 
 @dataclass
@@ -29,8 +19,8 @@ class RunData:
     config: dict[str, Any]
     status: str
     programs: list[dict[str, Any]]  # insertion order: name, code, parent (name), island, round, verdict, ...
-    prompts: list[dict[str, Any]]
-    responses: list[dict[str, Any]]
+    prompts: list[dict[str, Any]]  # round, island, parent (name), hash
+    responses: list[dict[str, Any]]  # the model's answers: round, model, usage, spent
     counters: dict[str, Any]
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -43,83 +33,43 @@ class RunData:
         return int(self.counters.get("rounds_done") or self.summary.get("rounds_done") or 0)
 
 
-def _connect(db: Path) -> sqlite3.Connection:
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        conn.execute("select 1 from programs limit 1")
-    except sqlite3.Error:  # a read-only folder with a WAL database: read the file as it is
-        conn = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
-    conn.row_factory = sqlite3.Row
-    return conn
+def _round_of(child: str) -> int | None:
+    head = child[1:].split("c", 1)[0] if child.startswith("r") else ""
+    return int(head) if head.isdigit() else None
 
 
 def load_run(run_dir: Path) -> RunData:
-    db = run_dir / "run.db"
-    if not db.is_file():
-        raise BenchInputError(f"{run_dir}: not a run dir (no run.db)")
     try:
-        conn = _connect(db)
-        run = conn.execute("select id, config, status from runs order by created limit 1").fetchone()
-        if run is None:
-            raise BenchInputError(f"{db}: holds no run")
-        rid = run["id"]
-        rows = conn.execute(
-            "select p.id, p.name, p.code, p.digest, p.parent_id, p.island, p.round, p.features, v.verdict, "
-            "v.score, v.status, v.speedup from programs p left join verdicts v on v.program_id = p.id "
-            "where p.run_id = ? order by p.id", (rid,)).fetchall()
-        prompts = [dict(r) for r in conn.execute(
-            "select round, island, parent_id, hash from prompts where run_id = ? order by id", (rid,))]
-        responses = [dict(r, usage=_json(r["usage"]) or {}) for r in conn.execute(
-            "select prompt_hash, model, usage from responses order by id")]
-        counters = {r["name"]: _json(r["value"]) for r in conn.execute(
-            "select name, value from counters where run_id = ?", (rid,))}
-        conn.close()
-    except sqlite3.Error as exc:
-        raise BenchInputError(f"{db}: cannot read the run database ({exc})") from None
-    names = {r["id"]: r["name"] or f"#{r['id']}" for r in rows}
-    programs = []
-    for r in rows:
-        programs.append({
-            "name": names[r["id"]], "code": r["code"], "digest": r["digest"],
-            "parent": names.get(r["parent_id"]) if r["parent_id"] else None, "island": r["island"],
-            "round": r["round"], "features": _json(r["features"]), "verdict": _json(r["verdict"]),
-            "score": r["score"], "status": r["status"] or "not evaluated", "speedup": r["speedup"]})
-    for p in prompts:
-        p["parent"] = names.get(p.pop("parent_id"))
-    summary: dict[str, Any] = {}
-    if (run_dir / "summary.json").is_file():
-        try:
-            summary = json.loads((run_dir / "summary.json").read_text())
-        except json.JSONDecodeError:
-            summary = {}
-    return RunData(run_dir, _json(run["config"]) or {}, run["status"], programs, prompts, responses, counters,
-                   summary)
-
-
-def _order(p: dict[str, Any]) -> tuple[int, int]:
-    name = str(p["name"])
-    if p["round"] < 0:
-        return (-1, 0)
-    tail = name.rsplit("c", 1)[-1]
-    return (p["round"], int(tail) if tail.isdigit() else 0)
+        reader = RunReader(run_dir)
+    except RunReadError as exc:
+        raise BenchInputError(str(exc)) from None
+    try:
+        programs = [{"name": p.name, "code": p.code, "digest": p.digest, "parent": p.parent, "island": p.island,
+                     "round": p.round, "features": p.features, "verdict": p.verdict, "score": p.score,
+                     "status": p.status, "speedup": p.speedup} for p in reader.programs()]
+        prompts = [{"round": p.round, "island": p.island, "parent": p.parent, "hash": p.hash}
+                   for p in reader.prompts()]
+        responses = [{"round": _round_of(a.child), "model": a.model, "usage": a.usage, "spent": a.spent}
+                     for a in reader.answers()]
+        if not responses:  # a run recorded before answers were kept per child: its prompt-keyed responses
+            for p in prompts:
+                hit = reader.legacy_response(p["hash"])
+                if hit is not None:
+                    responses.append({"round": p["round"], "model": hit["model"], "usage": hit.get("usage") or {},
+                                      "spent": True})
+        counters = reader.counters()
+        summary = reader.summary()
+    except Exception as exc:  # noqa: BLE001 - a damaged database: one clear error for the report
+        raise BenchInputError(f"{run_dir}: cannot read the run database ({type(exc).__name__}: {exc})") from None
+    finally:
+        reader.close()
+    return RunData(Path(run_dir), reader.config, reader.status, programs, prompts, responses, counters, summary)
 
 
 def rebuild_archive(run: RunData) -> tuple[Any, str]:
     """(archive, "") rebuilt from the stored programs of the finished rounds, or (None, why not)."""
-    from kernelsmith.workshop.archive import Archive, Program
-
-    c = run.config
     try:
-        archive = Archive(islands=int(c.get("islands", 4)), hall_of_fame=int(c.get("hall_of_fame", 16)),
-                          failures_kept=max(16, int(c.get("failures_in_prompt", 3))), seed=int(c.get("seed", 0)),
-                          migration_interval=int(c.get("migration_interval", 5)))
-        done = run.rounds_done
-        kept = sorted((p for p in run.programs if p["verdict"] is not None and p["round"] < done), key=_order)
-        for p in kept:
-            archive.add(Program.from_verdict(p["name"], p["code"], p["verdict"], parent_id=p["parent"],
-                                             island=p["island"], round=p["round"], features=p["features"] or None,
-                                             digest=p["digest"]))
-        archive.maybe_migrate(done - 1)
-        return archive, ""
+        with RunReader(run.run_dir) as reader:
+            return reader.archive(), ""
     except Exception as exc:  # noqa: BLE001 - the report still shows everything else
         return None, f"{type(exc).__name__}: {exc}"

@@ -1,28 +1,21 @@
-"""Reading evolution runs back as steps: for every child program, the prompt the model saw, the response that
+"""Reading evolution runs back as steps: for every child program, the prompt the model saw, the answer that
 produced it, its parent, both verdicts, and what the prompt showed (the inspirations).
 
-A run dir's `run.db` does not link a prompt to the program it produced directly: a prompt row has
-(round, island, parent), a program row has (name "r{round}c{child}", round, island, parent), and the response
-cache is keyed by the prompt's digest. `load_steps` links them exactly: among the prompts with the program's
-round, island and parent it takes the one whose cached response, parsed against the parent the way the engine
-parses it (`workshop.parse.parse_response`), yields the program's digest. A step whose response cannot be found
-or does not reproduce the program is reported (`RunSteps.unlinked`), never guessed.
+Everything comes from the run's one reader (`workshop.record.RunReader`): since store schema 2 a child's prompt
+(as the chat messages sent, with the names of the programs it showed) and its answer are recorded under the
+child's name, so a step is linked exactly, whatever templates the run used. The link is still checked: the
+answer, parsed against the parent the way the engine parses it, must yield the program's digest; a step that
+does not reproduce is reported (`RunSteps.unlinked`), never guessed.
 
-Prompt rows hold `Prompt.text` (`"[system]\\n...\\n\\n[user]\\n..."`), not the messages; `split_prompt` rebuilds
-the messages and checks them against the stored digest (the sha256 of the messages), so a sample's prompt is
-byte-for-byte the one the model saw (`prompt_verified`; False only where the store redacted a key-shaped
-string, which changes the text).
-
-Runs recorded since answers are kept per child (store schema 2) link a program to its prompt and answer by the
-child's name directly, and a `--replay` run holds copies of the answers it replayed. For older runs, responses
-are looked up in the run's own database first, then in every other run dir given in the same call (an old
-`--replay` run recorded no responses of its own), so pass both dirs.
+Runs recorded before that (schema 1) are linked as they were then: among the prompts with the program's round,
+island and parent, the one whose cached response (by prompt digest, looked up in the run's own database first,
+then in every other run dir given in the same call: an old `--replay` run recorded no responses of its own)
+reproduces the program; their messages are rebuilt from the prompt text and checked against the digest, and what
+a prompt showed is read from its text.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,11 +24,17 @@ from typing import Any
 
 from kernelsmith.candidate import Candidate
 from kernelsmith.workshop.parse import ParseError, parse_response
-from kernelsmith.workshop.store import RunStore
+from kernelsmith.workshop.record import (
+    ProgramRecord,
+    PromptRecord,
+    RunReader,
+    RunReadError,
+    messages_digest,
+    split_prompt,  # noqa: F401 - part of the coach's interface (tests, notebooks)
+)
 
 CORRECT = "correct"
 TRANSLATE, OPTIMISE = "translate", "optimise"  # PyTorch -> Triton (first step), Triton -> Triton (later step)
-_SEP = "\n\n[user]\n"
 _SHOWN = re.compile(
     r"^### \d+\. (?P<status>[a-z_]+), (?P<speed>[^,\n]+), score (?P<score>-?[0-9.]+)\n```python\n(?P<code>.*?)\n```$",
     re.DOTALL | re.MULTILINE,
@@ -136,26 +135,7 @@ class RunSteps:
     total_children: int  # programs produced by prompts (the seed program excluded)
 
 
-def prompt_digest(messages: list[dict[str, str]]) -> str:
-    """`workshop.prompt.Prompt.digest` of a message list (the response cache's key)."""
-    return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
-
-
-def split_prompt(text: str, digest: str | None = None) -> tuple[list[dict[str, str]], bool]:
-    """Rebuild the [system, user] messages from a stored `Prompt.text`; True when they hash to `digest`."""
-    if not text.startswith("[system]\n") or _SEP not in text:
-        return [{"role": "user", "content": text}], False
-    body = text[len("[system]\n"):]
-    first: list[dict[str, str]] | None = None
-    start = 0
-    while (at := body.find(_SEP, start)) >= 0:  # the system text could contain the separator: try each
-        msgs = [{"role": "system", "content": body[:at]}, {"role": "user", "content": body[at + len(_SEP):]}]
-        if digest is not None and prompt_digest(msgs) == digest:
-            return msgs, True
-        first = first or msgs
-        start = at + 1
-    assert first is not None
-    return first, False
+prompt_digest = messages_digest  # `workshop.prompt.Prompt.digest` of a message list
 
 
 def shown_programs(user_text: str) -> list[Shown]:
@@ -177,8 +157,9 @@ def task_level(task_path: str | None) -> str:
 
 
 def _is_pytorch(code: str | None) -> bool:
-    """A parent without a Triton kernel is a PyTorch program: its child's step is a translation."""
-    return code is None or "triton.jit" not in code
+    """A parent without a kernel of its own (no Triton kernel, no CUDA extension) is a PyTorch program: its child's
+    step is a translation."""
+    return code is None or not any(mark in code for mark in ("triton.jit", "load_inline", "__global__"))
 
 
 def _find_task_file(task: str | None, run_dir: Path) -> Path | None:
@@ -192,151 +173,164 @@ def _find_task_file(task: str | None, run_dir: Path) -> Path | None:
 
 
 class ResponsePool:
-    """Response texts by prompt digest across several run databases (own database first)."""
+    """Responses by prompt digest across several run records (own first): runs recorded before schema 2."""
 
-    def __init__(self, stores: dict[str, RunStore]):
-        self.stores = stores
+    def __init__(self, readers: dict[str, list[RunReader]]):
+        self.readers = readers
 
     def get(self, digest: str, own: str) -> dict[str, Any] | None:
-        order = [own] + [k for k in self.stores if k != own]
+        order = [own] + [k for k in self.readers if k != own]
         for key in order:
-            hit = self.stores[key].cached_response(digest)
-            if hit is not None:
-                return hit
+            for reader in self.readers[key][:1]:  # one database per run dir
+                hit = reader.legacy_response(digest)
+                if hit is not None:
+                    return hit
         return None
 
 
-def open_runs(run_dirs: list[str | Path]) -> dict[str, RunStore]:
-    stores: dict[str, RunStore] = {}
-    for d in run_dirs:
-        d = Path(d)
-        db = d / "run.db" if d.is_dir() else d
-        if not db.is_file():
-            raise CoachError(f"{d}: not a run dir (no run.db)")
-        stores[str(d)] = RunStore(db)
-    return stores
+def open_runs(run_dirs: list[str | Path]) -> dict[str, list[RunReader]]:
+    """Every run of every run dir, read-only."""
+    readers: dict[str, list[RunReader]] = {}
+    try:
+        for d in run_dirs:
+            try:
+                ids = RunReader.runs_in(d)
+                readers[str(d)] = [RunReader(d, run_id) for run_id in ids]
+            except RunReadError as exc:
+                raise CoachError(str(exc)) from None
+    except BaseException:
+        for rs in readers.values():
+            for r in rs:
+                r.close()
+        raise
+    return readers
 
 
 def load_steps(run_dirs: list[str | Path]) -> list[RunSteps]:
     """Every run in the given run dirs, as steps (see the module docstring for how they are linked)."""
-    stores = open_runs(run_dirs)
-    pool = ResponsePool(stores)
+    readers = open_runs(run_dirs)
+    pool = ResponsePool(readers)
     out = []
     try:
-        for key, store in stores.items():
-            for run in store.runs():
-                out.append(_run_steps(Path(key), key, store, run, pool))
+        for key, rs in readers.items():
+            for reader in rs:
+                out.append(_run_steps(Path(key), key, reader, pool))
     finally:
-        for s in stores.values():
-            s.close()
+        for rs in readers.values():
+            for r in rs:
+                r.close()
     return out
 
 
-def _run_steps(run_dir: Path, key: str, store: RunStore, run: dict[str, Any], pool: ResponsePool) -> RunSteps:
-    config = run["config"] or {}
-    run_id = run["id"]
+def _shown_of(pr: PromptRecord, by_name: dict[str, ProgramRecord]) -> list[Shown]:
+    """What a prompt showed besides the parent: by name where the run recorded it, else read from its text."""
+    if pr.shown is None:
+        return shown_programs(pr.messages[-1]["content"])
+    out = []
+    for name in [*pr.shown.get("top", []), *pr.shown.get("diverse", [])]:
+        q = by_name.get(name)
+        if q is not None:
+            out.append(Shown(q.digest, q.status, q.speedup, q.score if q.score is not None else 0.0))
+    return out
+
+
+def _run_steps(run_dir: Path, key: str, reader: RunReader, pool: ResponsePool) -> RunSteps:
+    config = reader.config
+    run_id = reader.run_id
     task_path = config.get("task")
     mode = config.get("response_mode", "full")
     device = config.get("device", "")
-    programs = store.programs(run_id)
-    by_id = {p["id"]: p for p in programs}
-    prompts = store.prompts(run_id)
+    programs = reader.programs()
+    by_name = {p.name: p for p in programs}
+    prompts = reader.prompts()
     task_file = _find_task_file(task_path, run_dir)
     reference = task_file.read_text() if task_file else ""
     task_name = Path(task_path).stem if task_path else run_id
     level = task_level(task_path)
-
-    decoded: dict[int, tuple[list[dict[str, str]], bool]] = {}
-    for pr in prompts:
-        decoded[pr["id"]] = split_prompt(pr["text"], pr["hash"])
     if not reference and prompts:
-        m = _REFERENCE.search(decoded[prompts[0]["id"]][0][-1]["content"])
+        m = _REFERENCE.search(prompts[0].messages[-1]["content"])
         reference = (m[1] + "\n") if m else ""
 
-    def speed(p: dict[str, Any] | None) -> float | None:
-        return p.get("speedup") if p else None
-
-    def root_of(p: dict[str, Any]) -> str:
+    def root_of(p: ProgramRecord) -> str:
         seen = 0
         while seen < 10000:
-            parent = by_id.get(p["parent_id"]) if p.get("parent_id") else None
-            if parent is None or _is_pytorch(parent["code"]):
-                return p["name"] or str(p["id"])
+            parent = by_name.get(p.parent) if p.parent else None
+            if parent is None or _is_pytorch(parent.code):
+                return p.name
             p, seen = parent, seen + 1
-        return p["name"] or str(p["id"])
+        return p.name
 
-    candidates: dict[tuple[int, int, int | None], list[dict[str, Any]]] = {}
+    candidates: dict[tuple[int, int, str | None], list[PromptRecord]] = {}
     for pr in prompts:
-        candidates.setdefault((pr["round"], pr["island"], pr["parent_id"]), []).append(pr)
-    by_child = {pr["child"]: pr for pr in prompts if pr.get("child")}
-    answers = {a["child"]: a for a in store.answers(run_id)}
+        candidates.setdefault((pr.round, pr.island, pr.parent), []).append(pr)
+    by_child = {pr.child: pr for pr in prompts if pr.child}
+    answers = {a.child: a for a in reader.answers()}
 
     steps: list[Step] = []
     unlinked: Counter = Counter()
     total = 0
-    for prog in programs:
-        if prog["round"] < 0:  # the seed program (--seed-program): no prompt produced it
+    for index, prog in enumerate(programs):
+        if prog.round < 0:  # the seed program (--seed-program): no prompt produced it
             continue
         total += 1
-        parent = by_id.get(prog["parent_id"]) if prog["parent_id"] else None
-        base = Candidate(parent["code"]) if parent else Candidate("")
-        unusable = str(prog["digest"]).startswith("unusable:")
-        found: tuple[dict[str, Any], dict[str, Any]] | None = None
+        parent = by_name.get(prog.parent) if prog.parent else None
+        base = Candidate(parent.code) if parent else Candidate("")
+        found: tuple[PromptRecord, str, str] | None = None
         reason = "no prompt with this round, island and parent"
+        # The run's own record first (schema 2): the child's prompt and its answer, both under its name.
+        own = [by_child[prog.name]] if prog.name in by_child and prog.name in answers else []
         seen_hashes: set[str] = set()
-        # The run's own record first (schema 2): the child's prompt and its answer, both keyed by its name;
-        # runs recorded before answers were kept per child are linked by their prompts' cached responses.
-        own = [by_child[prog["name"]]] if prog["name"] in by_child and prog["name"] in answers else []
-        for pr in own or candidates.get((prog["round"], prog["island"], prog["parent_id"]), []):
-            if pr["hash"] in seen_hashes:
+        for pr in own or candidates.get((prog.round, prog.island, prog.parent), []):
+            if pr.hash in seen_hashes:
                 continue
-            seen_hashes.add(pr["hash"])
-            hit = answers[prog["name"]] if own else pool.get(pr["hash"], key)
-            if hit is None:
-                reason = "response not in any given run's response cache"
-                continue
-            if unusable:
-                ok = hit["text"][:4000] == prog["code"]
+            seen_hashes.add(pr.hash)
+            if own:
+                text, model = answers[prog.name].text, answers[prog.name].model
+            else:
+                hit = pool.get(pr.hash, key)
+                if hit is None:
+                    reason = "response not in any given run's response cache"
+                    continue
+                text, model = hit["text"], hit.get("model") or ""
+            if prog.unusable:
+                ok = text[:4000] == prog.code
             else:
                 try:
-                    ok = parse_response(hit["text"], base, mode).candidate.digest == prog["digest"]
+                    ok = parse_response(text, base, mode).candidate.digest == prog.digest
                 except ParseError:
                     ok = False
             if ok:
-                found = (pr, hit)
+                found = (pr, text, model)
                 break
-            reason = "no cached response reproduces the program"
+            reason = "no recorded answer reproduces the program"
         if found is None:
             unlinked[reason] += 1
             continue
-        pr, hit = found
-        messages, verified = decoded[pr["id"]]
-        kind = TRANSLATE if _is_pytorch(parent["code"] if parent else None) else OPTIMISE
+        pr, text, model = found
+        kind = TRANSLATE if _is_pytorch(parent.code if parent else None) else OPTIMISE
         steps.append(Step(
             run_dir=key, run_id=run_id, task_name=task_name, level=level, task_path=task_path,
-            name=prog["name"] or str(prog["id"]), round=prog["round"], island=prog["island"], prompt_hash=pr["hash"],
-            messages=messages, prompt_verified=verified, response=hit["text"], model=hit.get("model") or "",
-            child_id=prog["id"], child_code=prog["code"], child_digest=prog["digest"], child_status=prog["status"],
-            child_speedup=speed(prog), child_score=prog["score"],
-            parent_name=(parent["name"] or str(parent["id"])) if parent else None,
-            parent_code=parent["code"] if parent else None, parent_status=parent["status"] if parent else None,
-            parent_speedup=speed(parent), kind=kind, lineage=root_of(prog),
-            shown=shown_programs(messages[-1]["content"]), device=device,
+            name=prog.name, round=prog.round, island=prog.island, prompt_hash=pr.hash,
+            messages=pr.messages, prompt_verified=pr.verified, response=text, model=model,
+            child_id=index, child_code=prog.code, child_digest=prog.digest, child_status=prog.status,
+            child_speedup=prog.speedup, child_score=prog.score,
+            parent_name=parent.name if parent else None, parent_code=parent.code if parent else None,
+            parent_status=parent.status if parent else None, parent_speedup=parent.speedup if parent else None,
+            kind=kind, lineage=root_of(prog), shown=_shown_of(pr, by_name), device=device,
         ))
 
     rows = []
     seen: set[str] = set()
     for pr in prompts:
-        if pr["hash"] in seen:  # a resumed run sends a redone round's prompts again
+        if pr.hash in seen:  # a resumed run sends a redone round's prompts again
             continue
-        seen.add(pr["hash"])
-        parent = by_id.get(pr["parent_id"]) if pr["parent_id"] else None
+        seen.add(pr.hash)
+        parent = by_name.get(pr.parent) if pr.parent else None
         rows.append(PromptRow(
-            run_dir=key, task_name=task_name, level=level, round=pr["round"], island=pr["island"],
-            prompt_hash=pr["hash"], messages=decoded[pr["id"]][0],
-            parent_name=(parent["name"] or str(parent["id"])) if parent else None,
-            parent_code=parent["code"] if parent else None, parent_status=parent["status"] if parent else None,
-            parent_speedup=speed(parent),
+            run_dir=key, task_name=task_name, level=level, round=pr.round, island=pr.island,
+            prompt_hash=pr.hash, messages=pr.messages, parent_name=parent.name if parent else None,
+            parent_code=parent.code if parent else None, parent_status=parent.status if parent else None,
+            parent_speedup=parent.speedup if parent else None,
         ))
     return RunSteps(run_dir=key, task_name=task_name, level=level, config=config, reference=reference, steps=steps,
                     prompts=rows, unlinked=unlinked, total_children=total)

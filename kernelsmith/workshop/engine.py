@@ -27,6 +27,7 @@ from kernelsmith.candidate import Candidate
 from kernelsmith.referee.verdict import Status
 from kernelsmith.workshop.archive import Archive, Program
 from kernelsmith.workshop.config import RunConfig
+from kernelsmith.workshop.features import kernel_features
 from kernelsmith.workshop.parse import ParseError, parse_response
 from kernelsmith.workshop.prompt import build_prompt, load_templates
 from kernelsmith.workshop.proposers import Proposal, ProposalContext, Proposer, charge
@@ -178,16 +179,18 @@ class Engine:
         inspirations = self.archive.inspirations(island, c.inspirations, rng, parent) if parent else []
         n_top = (c.inspirations + 1) // 2
         parent_verdict = self.store.verdict_for(self.run_id, parent.id) if parent else None
+        failures = self.archive.failures(island, c.failures_in_prompt)
         prompt = build_prompt(
             task_name=self.task_name, reference=self.reference,
             parent_code=parent.code if parent else "(none yet: write the first Triton version of the reference)",
             parent_verdict=parent_verdict, top=inspirations[:n_top], diverse=inspirations[n_top:],
-            failures=self.archive.failures(island, c.failures_in_prompt), hardware=self.hardware,
+            failures=failures, hardware=self.hardware,
             round_=round_, island=island, response_mode=c.response_mode, policy=c.policy, templates=self.templates,
             backend=c.backend)
         pid = f"r{round_}c{index}"
-        self.store.add_prompt(self.run_id, pid, round_, island, parent.id if parent else None, prompt.text,
-                              prompt.digest)
+        shown = {"parent": parent.id if parent else None, "top": [p.id for p in inspirations[:n_top]],
+                 "diverse": [p.id for p in inspirations[n_top:]], "failures": [p.id for p in failures]}
+        self.store.add_prompt(self.run_id, pid, round_, island, parent.id if parent else None, prompt, shown)
         self.progress.in_flight_proposals += 1
         try:
             context = ProposalContext(parent.code if parent else None, round_, island, index)
@@ -221,7 +224,8 @@ class Engine:
             return ChildResult(twin or Program(pid, child.source, digest=child.digest), new=False)
         if twin is None:
             self.store.add_program(self.run_id, Program(pid, child.source, parent.id if parent else None, island,
-                                                         round_, digest=child.digest), outcome="program")
+                                                         round_, features=kernel_features(child.source),
+                                                         digest=child.digest), outcome="program")
         verdict = await self._evaluate(pid, child)
         program = Program.from_verdict(pid, child.source, verdict, parent_id=parent.id if parent else None,
                                        island=island, round=round_, digest=child.digest)
@@ -246,7 +250,8 @@ class Engine:
         if cand is None:
             return
         if self.store.program_by_digest(self.run_id, cand.digest) is None:
-            self.store.add_program(self.run_id, Program(SEED_ID, cand.source, None, 0, -1, digest=cand.digest))
+            self.store.add_program(self.run_id, Program(SEED_ID, cand.source, None, 0, -1,
+                                                        features=kernel_features(cand.source), digest=cand.digest))
         verdict = await self._evaluate(SEED_ID, cand)
         program = Program.from_verdict(SEED_ID, cand.source, verdict, island=0, round=-1, digest=cand.digest)
         self.archive.add(program)

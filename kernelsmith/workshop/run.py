@@ -26,9 +26,8 @@ from kernelsmith.workshop.archive import Program
 from kernelsmith.workshop.config import ConfigError, RunConfig
 from kernelsmith.workshop.engine import Engine, Progress
 from kernelsmith.workshop.proposers import CachedProposer, Proposal, make_proposer
+from kernelsmith.workshop.record import RUN_ID
 from kernelsmith.workshop.store import RunStore
-
-RUN_ID = "main"  # one run per run dir
 
 
 class Ledger:
@@ -101,10 +100,11 @@ class Ledger:
     def clear_pending(self, run_id: str, name: str) -> None:
         self.store.clear_pending(self._id(run_id, name))
 
-    def add_prompt(self, run_id: str, name: str, round_: int, island: int, parent: str | None, text: str,
-                   digest: str) -> None:
-        self.store.add_prompt(run_id, text, round=round_, island=island,
-                              parent_id=self._id(run_id, parent) if parent else None, hash=digest, child=name)
+    def add_prompt(self, run_id: str, name: str, round_: int, island: int, parent: str | None, prompt: Any,
+                   shown: dict[str, Any]) -> None:
+        self.store.add_prompt(run_id, prompt.text, round=round_, island=island,
+                              parent_id=self._id(run_id, parent) if parent else None, hash=prompt.digest, child=name,
+                              messages=prompt.messages, shown=shown)
 
 
 def _answers(store: RunStore, inner: Any, recorded: RunStore | None = None) -> CachedProposer:

@@ -108,6 +108,8 @@ PROMPTS = Table(
     Column("hash", String(64), nullable=False),
     Column("created", Float, nullable=False),
     Column("child", String(64), nullable=True),  # the name of the program this prompt asked for (r{round}c{i})
+    Column("messages", JSON, nullable=True),  # the chat messages sent (their sha256 is `hash`)
+    Column("shown", JSON, nullable=True),  # names of the programs it showed: parent, top, diverse, failures
     Index("ix_prompts_run", "run_id", "id"),
     Index("ix_prompts_hash", "hash"),
 )
@@ -284,8 +286,13 @@ def _add_missing_columns(conn: Connection) -> None:
 class RunStore:
     """One database file (or URL) holding any number of runs. Thread-safe through SQLAlchemy's pool."""
 
-    def __init__(self, path: str | Path, *, echo: bool = False):
-        self.url, self.engine = open_engine(path, echo=echo)
+    def __init__(self, path: str | Path, *, echo: bool = False, readonly: bool = False):
+        """`readonly`: for readers (`workshop.record.RunReader`): nothing is created or migrated, and every write
+        fails; a database written before a column existed reads that column as None."""
+        self.url, self.engine = open_engine(path, echo=echo, readonly=readonly)
+        self.readonly = readonly
+        if readonly:
+            return
         metadata.create_all(self.engine)
         with self._tx() as conn:
             _add_missing_columns(conn)
@@ -293,6 +300,30 @@ class RunStore:
                 conn.execute(insert(META).values(name="schema_version", value=str(SCHEMA_VERSION)))
 
     # -- plumbing ---------------------------------------------------------------------------------------------------
+    def _cols(self, table: Table) -> list[Any]:
+        """The table's columns this database has (all of them unless opened read-only on an older schema)."""
+        if not self.readonly:
+            return list(table.columns)
+        if not hasattr(self, "_present"):
+            from sqlalchemy import inspect
+
+            insp = inspect(self.engine)
+            self._present = {t: {c["name"] for c in insp.get_columns(t)} for t in insp.get_table_names()}
+        have = self._present.get(table.name, set())
+        return [c for c in table.columns if c.name in have]
+
+    def _rows(self, table: Table, *where: Any, order: Any = None) -> list[dict[str, Any]]:
+        """Rows of `table` as dicts with every column of today's schema (None where an older database has none)."""
+        cols = self._cols(table)
+        if not cols:
+            return []
+        q = select(*cols).where(*where)
+        if order is not None:
+            q = q.order_by(*order)
+        with self.engine.connect() as conn:
+            return [{c.name: None for c in table.columns} | dict(r) for r in conn.execute(q).mappings()]
+
+
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         with self.engine.begin() as conn:  # commits on success, rolls back on error
@@ -505,8 +536,11 @@ class RunStore:
         parent_id: int | None = None,
         hash: str | None = None,
         child: str | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        shown: Mapping[str, Any] | None = None,
     ) -> int:
         """Records a prompt (key-shaped strings redacted); `hash` defaults to the sha256 of the text as given.
+        `messages`: the chat messages as sent; `shown`: the names of the programs the prompt showed.
 
         With `child` (the name of the program the prompt asks for) a prompt is recorded once per child: a
         resumed run that builds the same prompt again gets the existing row's id."""
@@ -521,14 +555,14 @@ class RunStore:
                 insert(PROMPTS).values(
                     run_id=run_id, round=round, island=island, parent_id=parent_id, text=redact(text), hash=h,
                     created=time.time(), child=child,
+                    messages=_redact_json(_jsonable(messages, "messages")) if messages is not None else None,
+                    shown=_jsonable(dict(shown), "shown") if shown is not None else None,
                 )
             ).inserted_primary_key[0]
         return int(pid)
 
     def prompts(self, run_id: str) -> list[dict[str, Any]]:
-        with self.engine.connect() as conn:
-            q = select(PROMPTS).where(PROMPTS.c.run_id == run_id).order_by(PROMPTS.c.id)
-            return [dict(r) for r in conn.execute(q).mappings()]
+        return self._rows(PROMPTS, PROMPTS.c.run_id == run_id, order=(PROMPTS.c.id,))
 
     def cache_response(
         self, prompt_hash: str, model: str, text: str, usage: Mapping[str, Any] | None = None, *, sample: int = 0
@@ -595,10 +629,9 @@ class RunStore:
             return _answer_row(row) if row else None
 
     def answers(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's answers in the order they arrived."""
-        with self.engine.connect() as conn:
-            q = select(ANSWERS).where(ANSWERS.c.run_id == run_id).order_by(ANSWERS.c.created, ANSWERS.c.child)
-            return [_answer_row(r) for r in conn.execute(q).mappings()]
+        """The run's answers in the order they arrived (none in a database older than schema 2)."""
+        rows = self._rows(ANSWERS, ANSWERS.c.run_id == run_id, order=(ANSWERS.c.created, ANSWERS.c.child))
+        return [_answer_row(r) for r in rows]
 
     def set_answer_outcome(self, run_id: str, child: str, outcome: str) -> None:
         """What became of an answer that made no program (a duplicate)."""
