@@ -183,6 +183,22 @@ class _TopK:
         return len(self.items)
 
 
+def run_order(round_: int, name: str) -> tuple[int, int]:
+    """The order a run adds its programs in, so the order every rebuild uses: the seed (round -1) first, then by
+    round and child number (names are "r{round}c{child}")."""
+    if round_ < 0:
+        return (-1, 0)
+    tail = str(name).rsplit("c", 1)[-1]
+    return (round_, int(tail) if tail.isdigit() else 0)
+
+
+def archive_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """An archive's settings from a run's config (a `RunConfig` dump): the one place they are derived."""
+    return {"islands": int(config.get("islands", 4)), "hall_of_fame": int(config.get("hall_of_fame", 16)),
+            "failures_kept": max(16, int(config.get("failures_in_prompt", 3))), "seed": int(config.get("seed", 0)),
+            "migration_interval": int(config.get("migration_interval", 5))}
+
+
 class Archive:
     def __init__(
         self,

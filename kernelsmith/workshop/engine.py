@@ -25,20 +25,12 @@ from typing import Any
 
 from kernelsmith.candidate import Candidate
 from kernelsmith.referee.verdict import Status
-from kernelsmith.workshop.archive import Archive, Program
+from kernelsmith.workshop.archive import Archive, Program, archive_settings, run_order
 from kernelsmith.workshop.config import RunConfig
 from kernelsmith.workshop.features import kernel_features
 from kernelsmith.workshop.parse import ParseError, parse_response
 from kernelsmith.workshop.prompt import build_prompt, load_templates
 from kernelsmith.workshop.proposers import Proposal, ProposalContext, Proposer, charge
-
-
-def _order(p: Program) -> tuple[int, int]:
-    """Archive order: the seed first, then by round and child number (ids are "r{round}c{child}")."""
-    if p.id == SEED_ID:
-        return (-1, 0)
-    return (p.round, int(str(p.id).rsplit("c", 1)[-1]) if "c" in str(p.id) else 0)
-
 
 Evaluator = Callable[[Candidate], dict[str, Any]]  # candidate -> verdict dict (runs in a worker thread)
 SEED_ID = "seed"
@@ -114,9 +106,7 @@ class Engine:
         self._started = time.monotonic()
 
     def _new_archive(self) -> Archive:
-        c = self.config
-        return Archive(islands=c.islands, hall_of_fame=c.hall_of_fame, failures_kept=max(16, c.failures_in_prompt),
-                       seed=c.seed, migration_interval=c.migration_interval)
+        return Archive(**archive_settings(self.config.model_dump()))
 
     # -- resume -------------------------------------------------------------------------------------------------
     def restore(self) -> int:
@@ -136,11 +126,8 @@ class Engine:
         seeded = bool(snapshot and snapshot.get("seeded"))
         kept = [p for p in self.store.archived_programs(self.run_id)
                 if p.round < done and (p.id != SEED_ID or seeded)]  # an unsnapshotted seed is counted again
-        kept.sort(key=_order)
-        for i, p in enumerate(kept):  # exactly what the uninterrupted run did: a round's adds, then migration
-            self.archive.add(p)
-            if p.round >= 0 and (i + 1 == len(kept) or kept[i + 1].round != p.round):
-                self.archive.maybe_migrate(p.round)
+        kept.sort(key=lambda p: run_order(p.round, p.id))  # what the uninterrupted run added, in its order
+        self.archive = Archive.rebuild(kept, rounds_done=done, **archive_settings(self.config.model_dump()))
         self._refresh_best()
         return done
 

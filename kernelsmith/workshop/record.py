@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelsmith.workshop.archive import Archive, Program
+from kernelsmith.workshop.archive import Archive, Program, archive_settings, run_order
 from kernelsmith.workshop.store import RunStore, StoreError
 
 RUN_ID = "main"  # one run per run dir (`workshop.run`)
@@ -102,14 +102,6 @@ def split_prompt(text: str, digest: str | None = None) -> tuple[list[dict[str, s
         start = at + 1
     assert first is not None
     return first, False
-
-
-def _order(p: ProgramRecord) -> tuple[int, int]:
-    """The engine's archive order: the seed, then by round and child number."""
-    if p.round < 0:
-        return (-1, 0)
-    tail = p.name.rsplit("c", 1)[-1]
-    return (p.round, int(tail) if tail.isdigit() else 0)
 
 
 class RunReader:
@@ -211,10 +203,7 @@ class RunReader:
     def archive(self) -> Archive:
         """The archive as a resumed run rebuilds it: the judged programs of the finished rounds, in the engine's
         order, with the run's settings (raises ValueError on settings no archive accepts)."""
-        c = self.config
         done = self.rounds_done()
-        kept = sorted((p for p in self.programs() if p.verdict is not None and p.round < done), key=_order)
-        return Archive.rebuild((p.to_program() for p in kept), rounds_done=done, islands=int(c.get("islands", 4)),
-                               hall_of_fame=int(c.get("hall_of_fame", 16)),
-                               failures_kept=max(16, int(c.get("failures_in_prompt", 3))),
-                               seed=int(c.get("seed", 0)), migration_interval=int(c.get("migration_interval", 5)))
+        kept = sorted((p for p in self.programs() if p.verdict is not None and p.round < done),
+                      key=lambda p: run_order(p.round, p.name))
+        return Archive.rebuild((p.to_program() for p in kept), rounds_done=done, **archive_settings(self.config))
