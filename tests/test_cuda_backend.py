@@ -1,8 +1,10 @@
 """The CUDA C++ backend on a machine without a GPU: sources are compiled (nvcc and g++ are here), nothing runs.
 
-One real successful build in the whole suite (`solutions_cuda/level1/01_relu.py`, ~1 min with nvcc); the second
-evaluation of the same source must come from the build cache (seconds). Compile errors must come back as
-`compile_error` with nvcc's `file(line): error` line, trimmed.
+One real successful build in the whole suite (`solutions_cuda/level1/01_relu.py`: about 1 min with nvcc on an
+idle 2-core machine, 4 min and more on a loaded one); the second evaluation of the same source must come from the
+build cache (seconds). Compile errors must come back as `compile_error` with nvcc's `file(line): error` line,
+trimmed. The limits here are generous on purpose (30 min, against the 240 s default build step): what is tested
+is the build and its cache, never how busy the machine is.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ needs_nvcc = pytest.mark.skipif(not HAVE_NVCC, reason="nvcc/g++ not installed")
 
 
 def _opts(cache: Path, **kw) -> EvalOptions:
-    return EvalOptions(device="cpu", backend="cuda", timeout_s=400, build_cache_dir=str(cache), **kw)
+    return EvalOptions(device="cpu", backend="cuda", timeout_s=1800, compile_timeout_s=1800, build_cache_dir=str(cache),
+                       **kw)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +102,7 @@ def test_nonliteral_sources_are_a_clear_compile_error(tmp_path: Path) -> None:
     v = evaluate(TASK, CANDIDATES / "cuda_nonliteral.py", _opts(tmp_path))
     assert v.status is Status.COMPILE_ERROR
     assert "not a literal" in v.error and "cuda_sources" in v.error
-    assert v.elapsed_s < 10  # refused before any compiler or child starts
+    assert "compiled" not in v.timing.get("build", {}) or not v.timing["build"]["compiled"]  # refused before nvcc
 
 
 @needs_nvcc
@@ -129,7 +132,7 @@ def test_second_evaluation_hits_the_cache(builds: dict) -> None:
     assert v.status is Status.RUNTIME_ERROR
     assert v.timing["build"]["cached"] is True and v.timing["build"]["compiled"] == []
     assert "from the build cache" in v.error
-    assert seconds < 5 and seconds < first_s / 4, (seconds, first_s)
+    assert seconds < first_s, (seconds, first_s)  # no compiler ran (the build info above says so); no fixed bound
     entries = [p for p in builds["cache"].iterdir() if not p.name.startswith(".")]
     assert len(entries) == 1 and (entries[0] / "ok.json").exists()
 

@@ -405,7 +405,7 @@ def test_every_shipped_task_is_covered() -> None:
 def test_seed_program_shape(seeds) -> None:
     for name, (_, _, result, seconds) in seeds.items():
         src = result.source
-        assert seconds < 1.0, f"{name}: generation took {seconds:.2f} s"
+        assert seconds < 30.0, f"{name}: generation took {seconds:.2f} s"  # no hang; speed is not a unit test
         assert src.count(BLOCK_START) == 1 and src.count(BLOCK_END) == 1, name
         block = src.split(BLOCK_START)[1]
         assert "class ModelNew(nn.Module)" in block and "@triton.jit" in block, name

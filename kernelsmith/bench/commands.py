@@ -56,7 +56,8 @@ def bench_command(
              "they are the seed programs")] = None,
     out: Annotated[Path, typer.Option(help="Results folder; rerunning the same command resumes it")] = Path(
         "runs/bench"),
-    device: Annotated[str, typer.Option(help="cuda, or cpu (Triton interpreter; no timing)")] = "cuda",
+    device: Annotated[str, typer.Option(help="auto (cuda when torch sees a GPU, else cpu), cuda, or cpu "
+                                             "(Triton interpreter; no timing)")] = "auto",
     set_: Annotated[list[str] | None, typer.Option(
         "--set", help="Override a task constant, NAME=VALUE (applied to the tasks that define it)")] = None,
     against_compile: Annotated[bool, typer.Option(
@@ -93,8 +94,13 @@ def bench_command(
 
     from kernelsmith.bench.runner import BenchSettings, run_bench
     from kernelsmith.bench.tasks import BenchInputError, discover, parse_levels
+    from kernelsmith.cli import resolve_device, say_device
     from kernelsmith.task import TaskError, parse_overrides
 
+    try:
+        device, device_note = resolve_device(device)
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
     try:
         overrides = parse_overrides(set_)
         settings = BenchSettings(mode=mode, device=device, backend=backend, policy=policy, overrides=overrides,
@@ -106,6 +112,7 @@ def bench_command(
         tasks = discover(paths, parse_levels(levels), overrides, device)
     except (BenchInputError, TaskError) as exc:
         raise _bad(str(exc)) from None
+    say_device(device_note)
     if against_compile and device == "cpu":
         err.print("[yellow]--against-compile:[/] torch.compile is timed on cuda only; on cpu it is reported as "
                   "not measured", highlight=False)

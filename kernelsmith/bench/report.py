@@ -220,7 +220,7 @@ def lineage_svg(run: RunData, best: str | None) -> str:
     h = 60 + 34 * max(slots.values())
     parts = [f'<svg id="lineage" width="{w}" height="{h}" role="img" aria-label="lineage tree">']
     for r in rounds:
-        label = "seed" if r < 0 else f"round {r}"
+        label = "seed" if r < 0 else f"round {r + 1}"  # rounds shown 1..N, as the live panel counts them
         parts.append(f'<text x="{50 + 90 * col[r]}" y="16" text-anchor="middle">{esc(label)}</text>')
     for p in progs:
         if p["parent"] in pos:
@@ -374,7 +374,7 @@ def run_report(run_dir: Path) -> str:
         best_text = f"no correct program (best {best_name}: {best['status']})"
     task = s.get("task") or Path(str(c.get("task", "run"))).stem
     stats = round_stats(run)
-    xs = [r["round"] for r in stats]
+    xs = [r["round"] + 1 for r in stats]  # rounds shown 1..N everywhere (program names count from 0: "r0c1")
     hw = run.counters.get("hardware") or {}
     if timed:
         speed_chart = line_chart(xs, [("best so far", "#1f5fbf", [r["best"] for r in stats]),
@@ -391,7 +391,7 @@ def run_report(run_dir: Path) -> str:
               + line_chart(xs, [("best score so far", "#8a6fd1", [r["best_score"] for r in stats])],
                            title="best score per round", y_fmt=lambda v: f"{v:.2f}", chart_id="chart-score"))
     round_rows = "".join(
-        f'<tr><td class="num">{r["round"]}</td><td class="num">{r["proposals"]}</td><td class="num">{r["evaluated"]}'
+        f'<tr><td class="num">{r["round"] + 1}</td><td class="num">{r["proposals"]}</td><td class="num">{r["evaluated"]}'
         f'</td><td class="num">{r["correct"]}</td><td class="num">{fmt_pct(r["correct_rate"])}</td>'
         f'<td class="num">{esc(fmt_speedup(r["best"]))}</td><td class="num">{r["tokens"]}</td></tr>' for r in stats)
     legend = "".join(f'<span>{pill(k)}</span>' for k in sorted({p["status"] for p in run.programs}))
@@ -400,7 +400,10 @@ def run_report(run_dir: Path) -> str:
             f'<div class="kpi">rounds<b>{run.rounds_done}/{esc(c.get("rounds", "?"))}</b></div>'
             f'<div class="kpi">programs<b id="program-count">{len(run.programs)}</b></div>'
             f'<div class="kpi">run<b>{esc(run.status)}</b></div></div>')
-    body = (f"<section>{kpis}<p class=\"muted\">device {esc(device)}: {esc(hw.get('name', ''))}; "
+    hw_name = str(hw.get("name", ""))
+    if device == "cuda" and hw_name.startswith("cpu"):  # a run asked for cuda on a machine without a GPU
+        hw_name = "no GPU was found when the run started"
+    body = (f"<section>{kpis}<p class=\"muted\">device {esc(device)}: {esc(hw_name)}; "
             f"proposer {esc(c.get('proposer', ''))}; models {esc(', '.join(m.get('name', '') for m in c.get('models') or []) or 'none (offline)')}; "
             f"elapsed {esc(s.get('elapsed_s', '—'))} s; stopped: {esc(s.get('stopped') or 'no')}</p></section>"
             f'<section><h2>Progress</h2><div class="charts">{charts}</div>'
