@@ -264,3 +264,13 @@ def test_timing_never_overlaps_whoever_submits(tmp_path) -> None:
     intervals.sort()
     for (a0, a1), (b0, b1) in zip(intervals, intervals[1:]):
         assert b0 >= a1, f"timing phases overlap: {(a0, a1)} and {(b0, b1)}"
+
+
+def test_automatic_slots_follow_the_host() -> None:
+    """Without a number, a GPU gets the host's cores but two (shared among its GPUs), from 2 to 12."""
+    from kernelsmith.referee.pool import MAX_AUTO_SLOTS, auto_slots
+
+    assert auto_slots(1, cores=16) == 12 == MAX_AUTO_SLOTS  # the H200 machine: 12 measured best
+    assert auto_slots(8, cores=128) == 12 and auto_slots(4, cores=32) == 7
+    assert auto_slots(1, cores=2) == 2 and auto_slots(8, cores=8) == 2
+    assert LocalPool("cpu").slots == 2  # the CPU keeps its own default

@@ -55,6 +55,7 @@ def test_the_record_is_typed_and_complete(run_dir: Path) -> None:
         # the archive as a resumed run rebuilds it: the run's own digest
         assert run.archive().snapshot_digest() == run.summary()["archive_digest"]
         assert run.rounds_done() == 3 and run.counters()["progress"]["proposed"] == 9
+        assert run.config["eval_workers"] == 1  # none asked: recorded as what it became (the CPU's one)
 
 
 def test_reading_writes_nothing(run_dir: Path) -> None:

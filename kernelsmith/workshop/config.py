@@ -60,7 +60,8 @@ class RunConfig(BaseModel):
     request_timeout_s: float = Field(300, gt=0, le=86400)
     max_retries: int = Field(4, ge=0, le=100)
     concurrency: int = Field(4, ge=1, le=4096, description="model requests in flight")
-    eval_workers: int = Field(1, ge=1, le=1024, description="evaluations in flight")
+    eval_workers: int | None = Field(None, ge=1, le=1024, description="evaluations in flight (default: on a GPU the "
+                                     "pool's automatic slots, at most the population; 1 on the CPU)")
     max_total_tokens: int | None = Field(None, ge=1, le=10**15)
     max_cost_usd: float | None = Field(None, gt=0, le=1e9)
     response_mode: Literal["full", "diff"] = "full"

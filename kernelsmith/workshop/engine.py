@@ -99,7 +99,7 @@ class Engine:
         self.seed_program = seed_program
         self.progress = progress or Progress(rounds=config.rounds)
         self.templates = load_templates(config.templates_dir)
-        self.eval_slots = asyncio.Semaphore(config.eval_workers)
+        self.eval_slots = asyncio.Semaphore(config.eval_workers or 1)  # run.evolve resolves None first
         self.archive = self._new_archive()
         self._elapsed_before = 0.0  # time spent on this run by earlier processes (resume)
         self.task_failure: dict[str, Any] | None = None  # the verdict that stopped the run (TaskFailed)

@@ -185,6 +185,18 @@ def prepare_run_dir(config: RunConfig, resume: bool) -> tuple[Path, RunLock]:
     return run_dir, lock
 
 
+def default_eval_workers(config: RunConfig) -> int:
+    """Evaluations in flight when the config names none: on a GPU as many as the pool runs at once per GPU
+    (`pool.auto_slots`), at most the population; on the CPU one (the interpreter keeps a core busy)."""
+    if config.device != "cuda" or config.referee_url:
+        return 1 if not config.referee_url else min(config.population, 8)
+    import torch
+
+    from kernelsmith.referee.pool import auto_slots
+
+    return max(1, min(config.population, auto_slots(max(1, torch.cuda.device_count()))))
+
+
 def _remote_judge(config: RunConfig, task: Any) -> Any:
     """Evaluate through a referee service (`kernelsmith serve`); checked once now, so a wrong URL or token
     fails before the run starts rather than as a verdict of every candidate."""
@@ -229,6 +241,8 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
     recorded = Path(replay) / "run.db" if replay is not None else None
     if recorded is not None and not recorded.exists():
         raise ConfigError(f"{replay}: no recorded run to replay (no run.db)")
+    if config.eval_workers is None:  # recorded as the number it became, so the run says what it did
+        config = config.model_copy(update={"eval_workers": default_eval_workers(config)})
     run_dir, lock = prepare_run_dir(config, resume)
     try:
         return _evolve_locked(config, task, inner, recorded, run_dir, seed_program, display, changed or {}, judge)
