@@ -114,11 +114,13 @@ def test_a_task_that_fails_stops_the_run_and_a_resume_judges_again(tmp_path: Pat
     failed = {"status": "crashed", "correct": False, "fault": "task", "fault_kind": "memory",
               "error": "the task's reference failed: CUDA out of memory", "guards": []}
     summary = evolve(cfg, judge=lambda candidate: failed)
+    first_elapsed = summary["elapsed_s"]
     assert summary["stopped"].startswith("TaskFailed") and summary["task_failure"]["fault_kind"] == "memory"
     assert summary["rounds_done"] == 0 and summary["best_id"] is None
     with RunStore(cfg.run_dir / "run.db") as store:
         assert store.pending("main") and not any(p["verdict"] for p in store.programs("main"))
     summary = evolve(cfg, resume=True, judge=judge)
     assert summary["rounds_done"] == 2 and summary["best_status"] == "correct" and not summary["stopped"]
+    assert summary["elapsed_s"] >= first_elapsed  # the time of both processes, not the last one's alone
     with RunStore(cfg.run_dir / "run.db") as store:
         assert not store.pending("main")
