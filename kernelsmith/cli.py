@@ -380,8 +380,9 @@ def run_outcome(run_dir: Path) -> dict[str, Any]:
     from kernelsmith.workshop.record import RunReader
 
     with RunReader(run_dir) as reader:
-        verdicts = {p.name: p.verdict for p in reader.programs() if isinstance(p.verdict, dict)}
-    judged = [v for v in verdicts.values() if "fault" in v]  # the referee's (an unusable answer's is not)
+        programs = [p for p in reader.programs() if isinstance(p.verdict, dict)]
+    verdicts = {p.name: p.verdict for p in programs}
+    judged = [p.verdict for p in programs if not p.unusable]  # the referee's (an unusable answer's is not)
     faults = [v for v in judged if v.get("fault") == "task"]
     return {"verdicts": verdicts, "judged": len(judged), "task_failures": len(faults),
             "task_failure": faults[0] if faults else None}

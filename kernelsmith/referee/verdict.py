@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -84,6 +85,20 @@ class Verdict:
         d["correct"] = self.correct
         d["guards"] = [g.to_dict() for g in self.guards]
         return d
+
+    @classmethod
+    def coerce(cls, obj: Verdict | Mapping[str, Any]) -> Verdict:
+        """A `Verdict` from a verdict or its dict form (the pool's and the service's answer): what is not a
+        verdict (no status, a status no verdict has, e.g. the pool's `bad_request`) becomes `crashed` with the
+        reason, so a caller never has to tell the shapes apart."""
+        if isinstance(obj, Verdict):
+            return obj
+        d = dict(obj)
+        try:
+            return cls.from_dict(d)
+        except (KeyError, ValueError, TypeError) as exc:
+            status = d.get("status", "(none)")
+            return cls(Status.CRASHED, error=f"not a verdict (status {status!r}): {d.get('error') or exc}"[:500])
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:

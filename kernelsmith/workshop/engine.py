@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelsmith.candidate import Candidate
-from kernelsmith.referee.verdict import Status
+from kernelsmith.referee.verdict import Status, Verdict
 from kernelsmith.workshop.archive import Archive, Program, archive_settings, run_order
 from kernelsmith.workshop.config import RunConfig
 from kernelsmith.workshop.features import kernel_features
@@ -32,7 +32,9 @@ from kernelsmith.workshop.parse import ParseError, parse_response
 from kernelsmith.workshop.prompt import build_prompt, load_templates
 from kernelsmith.workshop.proposers import Proposal, ProposalContext, Proposer, charge
 
-Evaluator = Callable[[Candidate], dict[str, Any]]  # candidate -> verdict dict (runs in a worker thread)
+# candidate -> its verdict (or the verdict's dict form, as the pool and the service answer); run in a worker thread.
+# Inside the engine a verdict is a `Verdict`; it becomes a dict only where the store writes it.
+Evaluator = Callable[[Candidate], "Verdict | dict[str, Any]"]
 SEED_ID = "seed"
 
 
@@ -77,8 +79,8 @@ class TaskFailed(RuntimeError):
     nothing can be judged, so the run stops. The verdict is not recorded, so a resume evaluates that program again
     (a transient failure, such as memory another process held, does not end the run for good)."""
 
-    def __init__(self, verdict: dict[str, Any]):
-        super().__init__(f"the task failed, not the candidate: {str(verdict.get('error', ''))[:300]}")
+    def __init__(self, verdict: Verdict):
+        super().__init__(f"the task failed, not the candidate: {verdict.error[:300]}")
         self.verdict = verdict
 
 
@@ -132,19 +134,19 @@ class Engine:
         return done
 
     # -- one child ----------------------------------------------------------------------------------------------
-    async def _evaluate(self, pid: str, candidate: Candidate) -> dict[str, Any]:
+    async def _evaluate(self, pid: str, candidate: Candidate) -> Verdict:
         stored = self.store.verdict_for(self.run_id, pid)
         if stored is not None:  # judged by an earlier process in a round being redone: counted in this round
             self.progress.evaluated += 1
-            return stored
+            return Verdict.coerce(stored)
         self.store.mark_pending(self.run_id, pid)
         self.progress.in_flight_evaluations += 1
         try:
             async with self.eval_slots:
-                verdict = await asyncio.to_thread(self.evaluate_sync, candidate)
+                verdict = Verdict.coerce(await asyncio.to_thread(self.evaluate_sync, candidate))
         finally:
             self.progress.in_flight_evaluations -= 1
-        if verdict.get("fault") == "task" and not self._any_correct():
+        if verdict.task_fault and not self._any_correct():
             raise TaskFailed(verdict)  # left pending: a resume evaluates it again
         self.store.add_verdict(self.run_id, pid, verdict)
         self.store.clear_pending(self.run_id, pid)
@@ -194,7 +196,7 @@ class Engine:
         except ParseError as exc:
             self._announce(index, None)
             self.progress.unusable += 1
-            verdict = {"status": Status.COMPILE_ERROR.value, "error": f"unusable response: {exc}", "guards": []}
+            verdict = Verdict(Status.COMPILE_ERROR, error=f"unusable response: {exc}")
             program = Program.from_verdict(pid, proposal.text[:4000], verdict, parent_id=parent.id if parent else None,
                                            island=island, round=round_, digest=f"unusable:{pid}")
             self._record(program, verdict, outcome="unusable")
@@ -222,7 +224,7 @@ class Engine:
         self._digests[index] = digest
         self._parsed[index].set()
 
-    def _record(self, program: Program, verdict: dict[str, Any], outcome: str) -> None:
+    def _record(self, program: Program, verdict: Verdict, outcome: str) -> None:
         if self.store.program(self.run_id, program.id) is None:
             self.store.add_program(self.run_id, program, outcome=outcome)
         if self.store.verdict_for(self.run_id, program.id) is None:
@@ -301,7 +303,7 @@ class Engine:
     def _stop(self, why: BaseException) -> None:
         self.progress.stopped = f"{type(why).__name__}: {why}"
         if isinstance(why, TaskFailed):
-            self.task_failure = why.verdict
+            self.task_failure = why.verdict.to_dict()
 
     def _refresh_best(self) -> None:
         best = self.archive.best()

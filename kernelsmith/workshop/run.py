@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from kernelsmith.candidate import Candidate
+from kernelsmith.referee.verdict import Status, Verdict
 from kernelsmith.settings import EvalRequest
 from kernelsmith.workshop.archive import Program
 from kernelsmith.workshop.config import ConfigError, RunConfig
@@ -91,7 +92,7 @@ class Ledger:
         pid = self._id(run_id, name)
         return self.store.verdict_for(pid) if pid is not None else None
 
-    def add_verdict(self, run_id: str, name: str, verdict: dict[str, Any]) -> None:
+    def add_verdict(self, run_id: str, name: str, verdict: Verdict | dict[str, Any]) -> None:
         self.store.add_verdict(self._id(run_id, name), verdict)
 
     def mark_pending(self, run_id: str, name: str) -> None:
@@ -215,20 +216,20 @@ def _remote_judge(config: RunConfig, task: Any) -> Any:
         raise ConfigError(f"setting 'referee_url': the service evaluates on {health['backend']['device']}, "
                           f"the run asks for {config.device}")
 
-    def judge(candidate: Candidate) -> dict[str, Any]:
+    def judge(candidate: Candidate) -> Verdict:
         request = EvalRequest(task_source=task.source, task_name=task.name, candidate_source=candidate.source,
                               options=settings).to_dict()
         try:
-            return client.evaluate_many([request], timeout_s=config.eval_timeout_s * 4 + 600)[0]
+            return Verdict.coerce(client.evaluate_many([request], timeout_s=config.eval_timeout_s * 4 + 600)[0])
         except ServiceError as exc:  # the service is gone for good: a verdict says so, the run goes on
-            return {"status": "crashed", "correct": False, "error": f"referee service: {exc}", "guards": []}
+            return Verdict(Status.CRASHED, error=f"referee service: {exc}")
 
     return judge
 
 
 def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = None, seed_program: Path | None = None,
            display: Any = None, changed: dict[str, Any] | None = None,
-           judge: Callable[[Candidate], dict[str, Any]] | None = None) -> dict[str, Any]:
+           judge: Callable[[Candidate], Verdict | dict[str, Any]] | None = None) -> dict[str, Any]:
     """Run (or resume, or replay) an evolution; returns the summary written to `summary.json`. `changed`: the
     settings a resume changed (`config.resume_config`), recorded in the run. `judge`: evaluate with this instead
     of the referee (a custom evaluator; verdict dicts in `Verdict.to_dict()` form)."""
@@ -252,7 +253,7 @@ def evolve(config: RunConfig, *, resume: bool = False, replay: Path | None = Non
 
 def _evolve_locked(config: RunConfig, task: Any, inner: Any, recorded: Path | None, run_dir: Path,
                    seed_program: Path | None, display: Any, changed: dict[str, Any],
-                   judge: Callable[[Candidate], dict[str, Any]] | None) -> dict[str, Any]:
+                   judge: Callable[[Candidate], Verdict | dict[str, Any]] | None) -> dict[str, Any]:
     from kernelsmith.referee.pool import LocalPool
     from kernelsmith.workshop.hardware import probe_hardware
 
@@ -272,9 +273,9 @@ def _evolve_locked(config: RunConfig, task: Any, inner: Any, recorded: Path | No
         pool = LocalPool(config.device, slots_per_gpu=config.eval_workers, cpu_slots=config.eval_workers)
         settings = config.eval_settings()
 
-        def judge(candidate: Candidate) -> dict[str, Any]:
-            return pool.run(EvalRequest(task_source=task.source, task_name=task.name,
-                                        candidate_source=candidate.source, options=settings))
+        def judge(candidate: Candidate) -> Verdict:
+            return Verdict.coerce(pool.run(EvalRequest(task_source=task.source, task_name=task.name,
+                                                       candidate_source=candidate.source, options=settings)))
 
     hardware = store.counter(RUN_ID, "hardware") or probe_hardware(config.device)
     store.set_counter(RUN_ID, "hardware", hardware)
