@@ -103,3 +103,10 @@ def test_not_a_run_is_one_clear_error(tmp_path: Path) -> None:
     (tmp_path / "run.db").write_bytes(b"not a database at all" * 100)
     with pytest.raises(RunReadError, match="cannot read the run database"):
         RunReader(tmp_path)
+
+
+def test_the_run_records_its_ranking_rule(run_dir: Path) -> None:
+    from kernelsmith.workshop.archive import RANKING_RULE
+
+    with RunReader(run_dir) as run:
+        assert run.counters()["ranking_rule"] == RANKING_RULE

@@ -183,6 +183,11 @@ class _TopK:
         return len(self.items)
 
 
+# The ranking rule, recorded in every run: a run resumed under another rule would rebuild another archive.
+RANKING_RULE = "displaces-v1: a correct program goes ahead only when its speedup interval lies wholly above; " \
+    "overlapping intervals tie and the earlier program stays ahead; without intervals, a strictly higher score"
+
+
 def run_order(round_: int, name: str) -> tuple[int, int]:
     """The order a run adds its programs in, so the order every rebuild uses: the seed (round -1) first, then by
     round and child number (names are "r{round}c{child}")."""

@@ -23,7 +23,7 @@ import yaml
 from kernelsmith.candidate import Candidate
 from kernelsmith.referee.verdict import Status, Verdict
 from kernelsmith.settings import EvalRequest
-from kernelsmith.workshop.archive import Program
+from kernelsmith.workshop.archive import RANKING_RULE, Program
 from kernelsmith.workshop.config import ConfigError, RunConfig
 from kernelsmith.workshop.engine import Engine, Progress
 from kernelsmith.workshop.proposers import CachedProposer, Proposal, make_proposer
@@ -279,8 +279,16 @@ def _evolve_locked(config: RunConfig, task: Any, inner: Any, recorded: Path | No
 
     hardware = store.counter(RUN_ID, "hardware") or probe_hardware(config.device)
     store.set_counter(RUN_ID, "hardware", hardware)
+    recorded_rule = store.counter(RUN_ID, "ranking_rule")
     seed = Candidate.from_file(seed_program) if seed_program else None
     progress = Progress(rounds=config.rounds)
+    if recorded_rule is None and store.counter(RUN_ID, "rounds_done") is None:
+        store.set_counter(RUN_ID, "ranking_rule", RANKING_RULE)
+    elif recorded_rule != RANKING_RULE:  # an older kernelsmith ranked this run: say so, once, and in the run
+        why = (f"this run was ranked by another rule ({recorded_rule or 'point scores, before intervals tied'}); "
+               "its archive is rebuilt under the current one, so the resumed run is not exactly the old one")
+        progress.note(why)
+        store.log_event(RUN_ID, "ranking_rule_changed", {"recorded": recorded_rule, "now": RANKING_RULE})
     engine = Engine(config, Ledger(store), RUN_ID, task.name, task.original_source, proposer, judge, hardware,
                     seed, progress)
 
