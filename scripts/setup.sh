@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: a virtual environment in .venv with kernelsmith and what its main job needs.
-#   bash scripts/setup.sh [EXTRA ...]   EXTRA: test (pytest, ruff), service (FastAPI, Ray), coach (TRL...), dev (all)
+#   bash scripts/setup.sh [EXTRA ...]   EXTRA: test (pytest, ruff), service (FastAPI, Ray), coach (TRL...),
+#   kernelbench (einops, for KernelBench tasks that import it), dev (all)
 # The extras may also come from $KERNELSMITH_EXTRAS (comma-separated). Without any, only the core package is
 # installed: the evolution and the referee need none of the extras' gigabytes.
 # torch 2.13.0 (CPU build) comes from the local wheel cache where one exists; any torch>=2.4 works.

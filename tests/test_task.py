@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from kernelsmith.task import Task, TaskError, load_module, parse_overrides
+from kernelsmith.task import (
+    Task,
+    TaskError,
+    TaskMissingModule,
+    load_module,
+    parse_overrides,
+    rewrite_constants,
+)
 
 KB_TASK = '''import torch
 import torch.nn as nn
@@ -149,7 +157,10 @@ def test_model_may_be_bound_any_way_python_binds_a_name(tmp_path: Path, binding:
     assert module.Model(*module.get_init_inputs())(*module.get_inputs()).shape == (4, 4)
 
 
-def test_a_star_import_may_provide_the_required_names(tmp_path: Path) -> None:
+def test_a_star_import_may_provide_the_required_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mytasks").mkdir()
+    (tmp_path / "mytasks" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))  # an installed module: a missing one is refused (below)
     assert Task.load(write(tmp_path, "from mytasks.softmax import *\n")).name == "task"
 
 
@@ -183,3 +194,113 @@ def test_only_bounded_regular_text_files_are_read(tmp_path: Path, make, needle: 
 def test_size_constants_are_the_integer_ones(tmp_path: Path) -> None:
     task = Task.load(write(tmp_path, TYPED_TASK + "\nCPU_OVERRIDES = {'dim': 8}\n_private = 3\n"), device="cpu")
     assert task.size_constants() == {"batch_size": 16, "dim": 8}  # literals only: `total` is computed
+
+
+# KernelBench's own ways of writing sizes (levels 1-3): expressions, chained, unpacked (bare and in
+# parentheses), tuples and constants computed from others, and a value over several lines.
+SHIPPED_STYLE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features, dim, bias_shape):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(bias_shape))
+    def forward(self, x):
+        return x * 2 + self.bias  # line 9
+
+M = 1024 * 2  # rows
+N = 2048 * 2
+height = width = 128
+depth, rows, cols = 16, 32, 32
+(d2, h2) = (4, 6)
+features = 64
+dim = features * 2
+bias_shape = (features, 1, 1)
+shape = (5, 6)
+P, Q = shape
+K = 4
+K *= 2
+CPU_OVERRIDES = {
+    "M": 8,
+}
+
+def get_inputs():
+    return [torch.randn(M, N)]
+
+def get_init_inputs():
+    return [features, dim, bias_shape]
+'''
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ({"N": 8}, {"N": 8, "M": 2048}),
+    ({"height": 4}, {"height": 4, "width": 128}),
+    ({"width": 4}, {"height": 128, "width": 4}),
+    ({"rows": 2, "cols": 3}, {"depth": 16, "rows": 2, "cols": 3}),
+    ({"h2": 1}, {"d2": 4, "h2": 1}),
+    ({"features": 8}, {"features": 8, "dim": 16, "bias_shape": (8, 1, 1)}),  # computed ones follow
+    ({"dim": 5}, {"features": 64, "dim": 5}),
+    ({"bias_shape": [3, 1, 1]}, {"bias_shape": (3, 1, 1)}),
+    ({"shape": (2, 3)}, {"P": 2, "Q": 3}),
+    ({"Q": 9}, {"P": 5, "Q": 9}),
+    ({"K": 3}, {"K": 3}),  # `K *= 2` of a set constant: the value set is the value seen
+])
+def test_set_works_on_every_way_kernelbench_writes_a_size(tmp_path: Path, given: dict, expected: dict) -> None:
+    path = write(tmp_path, SHIPPED_STYLE)
+    static = Task.load(path)
+    assert {k: static.constants[k] for k in ("M", "N", "height", "depth", "dim", "bias_shape", "P", "K")} == {
+        "M": 2048, "N": 4096, "height": 128, "depth": 16, "dim": 128, "bias_shape": (64, 1, 1), "P": 5, "K": 8}
+    task = Task.load(path, given)
+    module = load_module(task.source, str(path), f"t_shipped_{len(given)}_{next(iter(given))}")
+    for name, value in expected.items():
+        assert getattr(module, name) == value and task.constants[name] == value, name
+    assert {k: getattr(module, k) for k in task.constants} == task.constants  # the static reading is Python's
+    lines = task.source.split("\n")
+    assert len(lines) == len(SHIPPED_STYLE.split("\n")) and lines[8].endswith("# line 9")  # lines do not move
+    assert "# rows" in task.source
+
+
+def test_a_value_over_several_lines_is_replaced_in_place(tmp_path: Path) -> None:
+    cpu = Task.load(write(tmp_path, SHIPPED_STYLE), device="cpu")
+    assert cpu.constants["M"] == 8
+    emptied = rewrite_constants(cpu.source, {"CPU_OVERRIDES": {}})  # what the coach's RL rows do
+    assert len(emptied.split("\n")) == len(SHIPPED_STYLE.split("\n"))
+    assert load_module(emptied, "t.py", "t_emptied").CPU_OVERRIDES == {}
+
+
+def test_size_constants_leave_out_the_computed_ones(tmp_path: Path) -> None:
+    sizes = Task.load(write(tmp_path, SHIPPED_STYLE)).size_constants()
+    assert {"M", "N", "height", "width", "rows", "features", "K"} <= set(sizes)
+    assert not {"dim", "P", "Q", "bias_shape"} & set(sizes)
+    assert Task.load(tmp_path / "task.py", {"dim": 7}).size_constants()["dim"] == 7  # set: its own now
+
+
+def test_set_is_a_rewrite_of_the_source_not_a_run_of_it(tmp_path: Path) -> None:
+    path = write(tmp_path, SHIPPED_STYLE.replace("K = 4\n", "K = len(open('/nonexistent'))\n"))
+    with pytest.raises(TaskError, match="cannot set K: not a module-level constant"):
+        Task.load(path, {"K": 2})  # a value known only by running code is not read, nor set
+    assert Task.load(path, {"N": 2}).constants["N"] == 2
+    huge = write(tmp_path, SHIPPED_STYLE.replace("N = 2048 * 2", "N = 10 ** 10 ** 10"), "huge.py")
+    assert "N" not in Task.load(huge).constants  # refused, not computed
+
+
+def test_a_task_importing_a_missing_extra_is_refused_naming_module_line_and_extra(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "einops", None)  # as if not installed
+    path = write(tmp_path, KB_TASK.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom einops import rearrange\n"))
+    with pytest.raises(TaskMissingModule) as exc:
+        Task.load(path)
+    assert str(exc.value) == (f"{path}:3: the task imports einops, which is not installed: install the kernelbench "
+                              "extra: bash scripts/setup.sh kernelbench (or pip install 'kernelsmith[kernelbench]')")
+    assert (exc.value.kind, exc.value.module, exc.value.extra, exc.value.file) == (
+        "missing_module", "einops", "kernelbench", str(path))
+
+
+def test_a_missing_module_anywhere_is_named_and_a_guarded_one_is_not(tmp_path: Path) -> None:
+    inside = KB_TASK.replace("        return torch.softmax", "        import kernelsmith_no_such_mod.sub\n"
+                             "        return torch.softmax")
+    with pytest.raises(TaskMissingModule, match=r"task.py:9: the task imports kernelsmith_no_such_mod, which is "
+                                                r"not installed: install the package"):
+        Task.load(write(tmp_path, inside))
+    guarded = "try:\n    import kernelsmith_no_such_mod\nexcept ImportError:\n    pass\n" + KB_TASK
+    assert Task.load(write(tmp_path, guarded, "guarded.py")).constants["dim"] == 16384
