@@ -434,6 +434,79 @@ def report_run(cfg: Any, summary: dict[str, Any], as_json: bool = False) -> int:
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+@app.command("extract")
+def extract_command(
+    model_file: Annotated[Path, typer.Argument(help="A whole model in KernelBench format (Model, get_inputs, "
+                                                    "get_init_inputs), e.g. a KernelBench level-3 file")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the task files and extract.json")],
+    device: Annotated[str, typer.Option(help="auto (cuda when torch sees a GPU, else cpu), cuda, or cpu")] = "auto",
+    top: Annotated[int, typer.Option(help="How many subgraphs to extract, by share of the model's time "
+                                          "(1-100)")] = 5,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a model constant: NAME=VALUE")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds for the whole extraction (0 < s <= 86400)")] = 600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print extract.json (or the error) as JSON")] = False,
+) -> None:
+    """Cut MODEL_FILE into fusable subgraphs ranked by their share of its time; write the top ones as tasks.
+
+    The model runs only in a referee sandbox. Exit code 0 when every top subgraph became a task that matches the
+    model's own intermediates, 1 when one did not (listed with its reason), 2 for bad input (the model's own
+    failure included).
+    """
+    from kernelsmith.extract.model import ExtractError, ExtractOptions, extract
+    from kernelsmith.task import Task, TaskError, parse_overrides
+
+    try:
+        chosen, device_note = resolve_device(device)
+    except ValueError as exc:
+        raise bad_input(str(exc), kind="bad_option", as_json=as_json) from None
+    if not 1 <= top <= 100:
+        raise bad_input(f"--top {top}: expected 1 to 100", kind="bad_option", as_json=as_json)
+    if not (0 < timeout <= 86400):  # NaN fails both comparisons
+        raise bad_input(f"--timeout {timeout}: expected seconds in (0, 86400]", kind="bad_option", as_json=as_json)
+    try:
+        overrides = parse_overrides(set_)
+        Task.load(model_file, overrides, device=chosen)  # every bad input is said before anything runs
+    except TaskError as exc:
+        raise input_error(exc, as_json) from None
+    say_device(device_note)
+    try:
+        report = extract(model_file, out, ExtractOptions(device=chosen, top=top, overrides=overrides,
+                                                         timeout_s=timeout))
+    except TaskError as exc:
+        raise input_error(exc, as_json) from None
+    except ExtractError as exc:
+        code = EXIT_BAD_INPUT if exc.kind == "model_failed" else EXIT_NOT_CORRECT
+        report_error(str(exc), file=exc.file, kind=exc.kind, as_json=as_json, hint=exc.hint)
+        raise typer.Exit(code) from None
+    complete = not report["not_extracted"] and all(t["check"].get("ok") for t in report["tasks"])
+    if as_json:
+        print(json.dumps(report, indent=2))
+        raise typer.Exit(EXIT_CORRECT if complete else EXIT_NOT_CORRECT)
+    table = Table(box=None, pad_edge=False)
+    for col in ("rank", "share", "subgraph", "line", "task file", "check"):
+        table.add_column(col)
+    rows = sorted([*report["tasks"], *report["not_extracted"]], key=lambda t: t["rank"])
+    for t in rows:
+        if "reason" in t:
+            where, check = f"[red]not extracted:[/] {escape(t['reason'])}", ""
+        else:
+            c = t["check"]
+            where = escape(t["file"])
+            check = (f"[green]matches[/] (max abs {c['max_abs_err']:.2g})" if c.get("ok") and c.get("max_abs_err")
+                     is not None else "[green]matches[/]" if c.get("ok") else f"[red]differs:[/] {escape(c['reason'])}")
+        table.add_row(str(t["rank"]), f"{100 * t['share']:.1f}%", escape(t["name"]), str(t["line"] or "—"),
+                      where, check)
+    out_console = Console(width=None if sys.stdout.isatty() else 200)  # a pipe gets whole lines, not 80 columns
+    out_console.print(table)
+    rest = report["rest"]
+    note = f"; fx failed ({report['trace_note']}), module hooks instead" if report["trace"] == "hooks" else ""
+    out_console.print(f"{len(report['tasks'])} task(s) in {escape(str(out))} (extract.json); model "
+                      f"{report['model_ms']} ms on {report['device']}, traced by {report['trace']}{escape(note)}; "
+                      f"{rest['groups']} more subgraph(s) hold {100 * rest['share']:.1f}%, "
+                      f"{100 * report['unattributed_share']:.1f}% is outside any", highlight=False)
+    raise typer.Exit(EXIT_CORRECT if complete else EXIT_NOT_CORRECT)
+
+
 @app.command("serve")
 def serve_command(
     host: Annotated[str, typer.Option(help="Address to bind; beyond localhost a token is required")] = "127.0.0.1",
