@@ -116,8 +116,12 @@ def validate_group(g: Any, lines: dict[int, int]) -> dict[str, Any]:
     raw_lines = g.get("lines", [])
     if not isinstance(raw_lines, list) or not all(type(x) is int and x > 0 for x in raw_lines):
         raise ValueError(f"group {name}: bad lines")
+    line = g.get("line")
+    if line is not None and (type(line) is not int or line <= 0):
+        raise ValueError(f"group {name}: bad line {line!r}")
     out: dict[str, Any] = {
         "name": name, "share": _bounded_float(g.get("share"), 0.0, 1.0), "ms": _bounded_float(g.get("ms")),
+        "line": lines.get(line, line) if line is not None else None,
         "ops": [_text(o, 60) for o in ops],
         "lines": sorted({lines.get(x, x) for x in raw_lines}) if lines else sorted(set(raw_lines)),
         "inputs": _shapes(g.get("inputs")), "outputs": _shapes(g.get("outputs")),
@@ -229,7 +233,7 @@ def extract(model_file: str | Path, out_dir: str | Path, opts: ExtractOptions) -
     source_lines = task.original_source.splitlines()
     tasks, missing = [], []
     for rank, g in enumerate(groups[: opts.top], start=1):
-        where = g["lines"][0] if g["lines"] else None
+        where = g["line"] or (g["lines"][0] if g["lines"] else None)  # the anchor's line, else the first
         entry: dict[str, Any] = {
             "rank": rank, "name": g["name"], "share": round(g["share"], 6), "ms": round(g["ms"], 4),
             "line": where, "lines": g["lines"],

@@ -192,6 +192,18 @@ def _median_ms(fn: Any, reps: int, device: str) -> float:
     return statistics.median(times)
 
 
+def _seed_all(seed: int) -> None:
+    """As the referee seeds before building a task's model (torch, numpy, random)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
 def _build(module: Any, device: str) -> tuple[Any, list[Any]]:
     """Model and inputs as the referee builds a task's (same seeds), or `ModelFailure` saying which step."""
     from kernelsmith.referee.worker import init_inputs, make_inputs
@@ -201,8 +213,6 @@ def _build(module: Any, device: str) -> tuple[Any, list[Any]]:
         init = init_inputs(module, SEED, device)
     except BaseException as exc:  # noqa: BLE001 - the model's code: any failure is reported, in one line
         raise ModelFailure(f"get_init_inputs() raised: {_one_line(exc, filename)}") from None
-    from kernelsmith.referee.worker import _seed_all
-
     _seed_all(SEED)
     try:
         model = module.Model(*init)
@@ -784,8 +794,8 @@ def run_fx(model: Any, inputs: list[Any], expected: list[Any], job: dict[str, An
     _interpreter(gm, device, keep=keep, kept=kept).run(*inputs)
     out_groups = []
     for rank, g in enumerate(ranked):
-        entry: dict[str, Any] = {"ops": graph.ops(g), "lines": graph.lines(g), "ms": round(g.ms, 4),
-                                 "share": round(g.ms / denom, 6)}
+        entry: dict[str, Any] = {"ops": graph.ops(g), "line": _line(g.nodes[0], filename), "lines": graph.lines(g),
+                                 "ms": round(g.ms, 4), "share": round(g.ms / denom, 6)}
         if g.index not in builders:
             entry["name"] = group_name(graph.ops(g), g.cats, g.attention)
             out_groups.append(entry)
@@ -879,7 +889,7 @@ def run_hooks(model: Any, inputs: list[Any], expected: list[Any], job: dict[str,
         base = SHORT.get(cls, cls.lower())
         used[base] = used.get(base, 0) + 1
         name = base if used[base] == 1 else f"{base}_{used[base]}"
-        entry: dict[str, Any] = {"name": name, "ops": [cls], "lines": [c["line"]] if c["line"] else [],
+        entry: dict[str, Any] = {"name": name, "ops": [cls], "line": c["line"], "lines": [c["line"]] if c["line"] else [],
                                  "ms": round(c["ms"], 4), "share": round(c["ms"] / denom, 6)}
         if rank < job["top"]:
             expected_out = [t for _, t in _flat_tensors(c.get("output"))]
