@@ -175,6 +175,33 @@ def get_init_inputs():
     return [dim]
 '''
 
+# an optional state argument get_inputs() leaves out, made inside forward; nn.GRU takes *args
+RECURRENT = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n_in, hidden, layers):
+        super().__init__()
+        self.gru = nn.GRU(n_in, hidden, layers, batch_first=True)
+        self.head = nn.Linear(hidden, 4)
+        self.layers, self.hidden = layers, hidden
+
+    def forward(self, x, h0=None):
+        if h0 is None:
+            h0 = torch.randn(self.layers, x.size(0), self.hidden)
+        out, _ = self.gru(x, h0)  # recurrence
+        return self.head(out[:, -1, :])
+
+
+def get_inputs():
+    return [torch.randn(2, 12, 8)]
+
+
+def get_init_inputs():
+    return [8, 16, 2]
+'''
+
 # the linear's epilogue multiplies by a random buffer: no task can reproduce its values
 NOISY = '''import torch
 import torch.nn as nn
@@ -284,6 +311,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict[str, 
         "conv": extract_json(tmp, "conv", CONV),
         "transformer": extract_json(tmp, "transformer", TRANSFORMER, "--top", "8"),
         "branchy": extract_json(tmp, "branchy", BRANCHY),
+        "recurrent": extract_json(tmp, "recurrent", RECURRENT),
     }
 
 
@@ -298,7 +326,7 @@ def run_task(path: Path) -> list[torch.Tensor]:
     return list(out) if isinstance(out, tuple) else [out]
 
 
-@pytest.mark.parametrize("name", ["mlp", "conv", "transformer", "branchy"])
+@pytest.mark.parametrize("name", ["mlp", "conv", "transformer", "branchy", "recurrent"])
 def test_tasks_load_run_and_match_the_model(runs: dict, name: str) -> None:
     report, _, out = runs[name]
     assert report["tasks"] and not report["not_extracted"], report
@@ -311,7 +339,7 @@ def test_tasks_load_run_and_match_the_model(runs: dict, name: str) -> None:
     assert sorted(p.name for p in out.glob("*.py")) == sorted(t["file"] for t in report["tasks"])
 
 
-@pytest.mark.parametrize("name", ["mlp", "conv", "transformer", "branchy"])
+@pytest.mark.parametrize("name", ["mlp", "conv", "transformer", "branchy", "recurrent"])
 def test_shares_rank_and_add_up_to_at_most_one(runs: dict, name: str) -> None:
     report, _, _ = runs[name]
     ranked = sorted([*report["tasks"], *report["not_extracted"]], key=lambda t: t["rank"])
@@ -366,6 +394,15 @@ def test_untraceable_model_falls_back_to_module_hooks(runs: dict) -> None:
     ops = {t["ops"][0]: t for t in report["tasks"]}
     assert set(ops) == {"Linear", "LayerNorm"}
     assert ops["Linear"]["line"] == line_of(BRANCHY, "# fc call")
+
+
+def test_defaulted_arguments_and_tensors_made_in_forward(runs: dict) -> None:
+    report, _, out = runs["recurrent"]
+    assert report["trace"] == "fx", report["trace_note"]  # h0=None is traced as the constant it is
+    gru = report["tasks"][0]
+    assert gru["name"] == "gru" and gru["line"] == line_of(RECURRENT, "# recurrence")
+    assert gru["inputs"] == [{"shape": [2, 12, 8], "dtype": "float32"}, {"shape": [2, 2, 16], "dtype": "float32"}]
+    assert "nn.GRU(input_size=8, hidden_size=16, num_layers=2" in (out / gru["file"]).read_text()
 
 
 def test_a_subgraph_that_cannot_stand_alone_is_listed_with_its_reason(tmp_path: Path) -> None:

@@ -87,6 +87,10 @@ CATEGORY = {
 SHORT = {"Linear": "linear", "LazyLinear": "linear", "matmul": "matmul", "bmm": "bmm", "layer_norm": "layernorm",
          "LayerNorm": "layernorm", "batch_norm": "batchnorm", "group_norm": "groupnorm", "GroupNorm": "groupnorm",
          "scaled_dot_product_attention": "sdpa", "MultiheadAttention": "mha", "truediv": "div", "iadd": "add"}
+# Tensors made from nothing but sizes (random states, zeros): a subgraph takes them as inputs, like the model's own
+SOURCES = {"randn", "rand", "randint", "randperm", "normal", "zeros", "ones", "empty", "full", "arange", "linspace",
+           "eye", "zeros_like", "ones_like", "randn_like", "rand_like", "empty_like", "full_like", "new_zeros",
+           "new_ones", "new_empty", "new_full"}
 CONTAINERS = {"Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"}
 
 
@@ -254,13 +258,20 @@ def function_name(fn: Any) -> tuple[str, str]:
 
 
 # ------------------------------------------------------------------------------------------ fx tracing
-def fx_trace(model: Any) -> Any:
+def fx_trace(model: Any, n_inputs: int) -> Any:
+    """The model's fx graph; `forward` parameters that `get_inputs()` leaves out keep their defaults as
+    constants (`def forward(self, x, h0=None)`: the `if h0 is None` branch is the one that runs)."""
+    import inspect
+
     import torch.fx as fx
 
     tracer = fx.Tracer()
     tracer.record_stack_traces = True
     tracer.proxy_buffer_attributes = True  # `self.mask[:, :, :T, :T]` with T traced (minGPT)
-    graph = tracer.trace(model)
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    concrete = {p.name: p.default for p in params[n_inputs:] if p.default is not p.empty}
+    graph = tracer.trace(model, concrete_args=concrete or None)
     return fx.GraphModule(tracer.root, graph)
 
 
@@ -345,7 +356,8 @@ class FxGraph:
         return bool(self.meta.get(n.name, {}).get("tensor"))
 
     def _classify(self, n: Any) -> tuple[str, str]:
-        """(kind, category): kind is io, attr, const (a non-tensor value), glue, ew, proj or anchor."""
+        """(kind, category): kind is io, attr, const (a non-tensor value), source (a tensor factory), glue, ew,
+        proj or anchor."""
         if n.op in ("placeholder", "output"):
             return "io", ""
         if n.op == "get_attr":
@@ -356,6 +368,8 @@ class FxGraph:
             return "const", ""
         if name == "getitem" and isinstance(n.args[0], Node) and "tuple" in self.meta.get(n.args[0].name, {}):
             return "proj", ""  # an element of a tuple result: part of its producer (glue if the producer is)
+        if name in SOURCES:
+            return "source", ""
         if name in GLUE:
             return "glue", ""
         if name in ("max", "min") and any(isinstance(a, Node) and self.is_tensor(a) for a in n.args[1:]):
@@ -371,7 +385,7 @@ class FxGraph:
         """The compute (non-free) nodes `n` depends on through free nodes only."""
         found: set[Any] = set()
         for a in n.all_input_nodes:
-            if a.op in ("placeholder", "get_attr") or self.kind[a] == "const":  # a non-tensor is baked in
+            if a.op in ("placeholder", "get_attr") or self.kind[a] in ("const", "source"):  # baked in, or an input
                 continue
             if self.free.get(a, False) or (self.kind[a] == "proj" and self.free.get(a.args[0], False)):
                 found |= self._free_producers(a)
@@ -506,8 +520,11 @@ def module_spec(m: Any, attr: str) -> dict[str, Any]:
     if getattr(nn, cls.__name__, None) is not cls:
         raise Unsupported(f"module {attr} is a {cls.__module__}.{cls.__name__}, not a torch.nn class")
     kwargs: dict[str, Any] = {}
-    for p in list(inspect.signature(cls.__init__).parameters.values())[1:]:
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in ("device", "dtype"):
+    # nn.LSTM(*args, **kwargs) passes them on to RNNBase(mode, input_size, ...): read the first explicit one
+    init = next((k.__init__ for k in cls.__mro__ if k is not nn.Module and not any(
+        p.kind == p.VAR_POSITIONAL for p in inspect.signature(k.__init__).parameters.values())), cls.__init__)
+    for p in list(inspect.signature(init).parameters.values())[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in ("device", "dtype", "mode"):
             continue
         if p.name == "inplace":
             kwargs["inplace"] = False  # a task must leave its inputs as they were
@@ -524,6 +541,8 @@ def module_spec(m: Any, attr: str) -> dict[str, Any]:
             raise Unsupported(f"cannot rebuild nn.{cls.__name__} ({attr}): no attribute for its argument {p.name}")
         if isinstance(value, torch.Tensor):
             raise Unsupported(f"cannot rebuild nn.{cls.__name__} ({attr}): argument {p.name} is a tensor")
+        if p.default is not p.empty and type(value) is type(p.default) and value == p.default:
+            continue  # defaults stay implicit: nn.GRU keeps a proj_size it refuses to be given
         kwargs[p.name] = encode(value)
     floats = [t.dtype for t in m.parameters(recurse=True) if t.is_floating_point()]
     if floats and floats[0] != torch.float32 and "dtype" in inspect.signature(cls.__init__).parameters:
@@ -753,8 +772,9 @@ def run_fx(model: Any, inputs: list[Any], expected: list[Any], job: dict[str, An
     from kernelsmith.referee.compare import compare_outputs
 
     device, filename = job["device"], job["filename"]
-    gm = fx_trace(model)
+    gm = fx_trace(model, len(inputs))
     meta: dict[str, Any] = {}
+    _seed_all(SEED)  # as before the eager run: a forward that draws random numbers draws the same ones
     traced = _interpreter(gm, device, meta=meta).run(*inputs)
     cmp = compare_outputs([t.detach() for t in _flat(traced)], expected)
     if not cmp.ok:
@@ -791,6 +811,7 @@ def run_fx(model: Any, inputs: list[Any], expected: list[Any], job: dict[str, An
         except Unsupported as exc:
             builders[g.index] = str(exc)
     kept: dict[str, Any] = {}
+    _seed_all(SEED)
     _interpreter(gm, device, keep=keep, kept=kept).run(*inputs)
     out_groups = []
     for rank, g in enumerate(ranked):
@@ -962,6 +983,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         raise ModelFailure(f"running the model file raised: {_one_line(exc, filename)}") from None
     model, inputs = _build(module, device)
     try:
+        _seed_all(SEED)
         t0 = time.perf_counter()
         first = model(*inputs)
         _sync(device)
