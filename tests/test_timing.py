@@ -40,3 +40,21 @@ def test_target_zero_spends_the_whole_budget() -> None:
     run, _ = _runner(noise=0.0001)
     ref_t, _ = repeat_until_settled(run, 450, TimingOptions(target_rse=0, chunk=100))
     assert len(ref_t) == 450  # the last chunk is cut to the budget
+
+
+def test_the_device_trace_is_set_against_the_recorder() -> None:
+    """The device's kernel names (CUPTI) against the launches the recorder counted in the same call: a launch
+    that ran nothing on the device rejects; strict names device kernels nobody launched; no trace never passes."""
+    from kernelsmith.referee.evaluation import device_trace_findings
+
+    honest = {"kernels": {"relu_kernel": 1, "Memset (Device)": 1}, "recorded": {"relu_kernel": 1}}
+    assert device_trace_findings(honest, "strict") == ({"relu_kernel": 1, "Memset (Device)": 1}, [])
+    forged = {"kernels": {"void at::native::vectorized_elementwise_kernel<4, at::native::(anon)::relu>": 1},
+              "recorded": {"relu_kernel": 1}}
+    _, found = device_trace_findings(forged, "lenient")
+    assert [(f.name, f.severity.value) for f in found] == [("launch_not_on_device", "reject")]
+    _, found = device_trace_findings(forged, "strict")
+    assert {f.name for f in found} == {"launch_not_on_device", "device_kernel_unaccounted"}
+    for broken in ({"error": "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES"}, {"kernels": {}, "recorded": {"k": 1}}):
+        _, found = device_trace_findings(broken, "strict")
+        assert [(f.name, f.severity.value) for f in found] == [("device_trace_unavailable", "warn")]

@@ -564,6 +564,9 @@ def _merge_report(ruling: _Ruling, session: _Session, report: dict[str, Any]) ->
         value = report.get(key)
         if isinstance(value, dict):
             setattr(v, key, {str(k): int(n) for k, n in value.items() if isinstance(n, int)})
+    trace = report.get("device_trace")
+    if isinstance(trace, dict):
+        _check_device_trace(ruling, trace)
     spent = report.get("spent")
     if isinstance(spent, dict):  # the candidate's own account of its time: informational, never a fact
         v.timing["candidate_s"] = {str(k)[:40]: float(x) for k, x in list(spent.items())[:20]
@@ -578,6 +581,44 @@ def _merge_report(ruling: _Ruling, session: _Session, report: dict[str, Any]) ->
         ruling.finding("unsandboxed", f"the candidate ran without OS isolation ({session.cand.info.get('why')}); "
                       + ("the strict policy certifies only isolated candidates" if strict
                          else "in-process guards only"), Severity.REJECT if strict else Severity.WARN)
+
+
+_MEMORY_KERNELS = ("memcpy", "memset", "copy", "fill", "cat")  # what allocating, copying and casting run
+
+
+def device_trace_findings(trace: dict[str, Any], policy: str) -> tuple[dict[str, int], list[Finding]]:
+    """(the device's kernels, findings) from the device's account of one traced call (CUPTI kernel names) set
+    against the launch recorder's for the same call. A recorded launch that ran no kernel on the device is a
+    forged launch and rejects; under `strict`, kernels on the device that are neither the candidate's nor memory
+    work are named (a warning: torch's own kernel names vary by version). No trace says so and never passes."""
+
+    def counts(key: str) -> dict[str, int]:
+        raw = trace.get(key)
+        return {str(k)[:200]: int(n) for k, n in list(raw.items())[:64]
+                if isinstance(n, int)} if isinstance(raw, dict) else {}
+
+    device, recorded = counts("kernels"), counts("recorded")
+    if trace.get("error") or not device:
+        why = trace.get("error") or "the trace holds no device activity"
+        return device, [Finding("device_trace_unavailable", f"no device trace of the candidate's call: "
+                                f"{str(why)[:200]}", Severity.WARN)]
+    found = []
+    missing = [k for k in recorded if not any(k in name for name in device)]
+    if missing:
+        found.append(Finding("launch_not_on_device", f"recorded launches of {', '.join(missing[:5])} ran no kernel "
+                             f"on the device (the device ran: {', '.join(list(device)[:5])})", Severity.REJECT))
+    other = [n for n in device if not any(k in n for k in recorded) and not any(m in n.lower() for m in _MEMORY_KERNELS)]
+    if policy == "strict" and other:
+        found.append(Finding("device_kernel_unaccounted", "kernels on the device that the candidate did not launch: "
+                             + ", ".join(x[:80] for x in other[:5]), Severity.WARN))
+    return device, found
+
+
+def _check_device_trace(ruling: _Ruling, trace: dict[str, Any]) -> None:
+    device, found = device_trace_findings(trace, ruling.opts.policy)
+    ruling.v.timing["device_kernels"] = device
+    for f in found:
+        ruling.finding(f.name, f.message, f.severity)
 
 
 def _judge_timing(ruling: _Ruling, msg: dict[str, Any]) -> None:

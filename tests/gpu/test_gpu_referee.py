@@ -88,12 +88,21 @@ class ModelNew(nn.Module):
 """
 
 
-def _eval(tmp_path: Path, name: str, source: str) -> object:
+EMPTY_GRID = KERNEL + """
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)  # lenient allows torch; the launch below is what "at least one Triton kernel" counts
+        relu_kernel[(0,)](x, y, x.numel(), SCALE=1, BLOCK=4096)  # an empty grid: nothing runs on the device
+        return y
+"""
+
+
+def _eval(tmp_path: Path, name: str, source: str, **kw: object) -> object:
     task = tmp_path / "task.py"
     task.write_text(TASK)
     cand = tmp_path / f"{name}.py"
     cand.write_text(textwrap.dedent(source))
-    return evaluate(task, cand, EvalOptions(device="cuda", timeout_s=180, timing={"budget_s": 0.5}))
+    return evaluate(task, cand, EvalOptions(device="cuda", timeout_s=180, timing={"budget_s": 0.5}, **kw))
 
 
 def test_honest_kernel_is_timed(tmp_path: Path) -> None:
@@ -104,7 +113,20 @@ def test_honest_kernel_is_timed(tmp_path: Path) -> None:
     assert v.speedup_ci[1] / v.speedup_ci[0] >= 1.0099
     assert v.ref_ms > 0.01 and v.cand_ms > 0.01
     assert v.kernels == {"relu_kernel": 6}
+    # the device's own trace of one call agrees: the kernel ran there, nothing unaccounted
+    assert any("relu_kernel" in name for name in v.timing["device_kernels"]), v.timing
+    assert not v.finding("launch_not_on_device") and not v.finding("device_trace_unavailable"), v.to_dict()
+    assert not v.finding("device_kernel_unaccounted"), v.timing["device_kernels"]
     print("honest", v.to_dict())
+
+
+def test_a_launch_that_runs_nothing_on_the_device_is_caught_and_the_device_agrees(tmp_path: Path) -> None:
+    """KernelBench's rule (lenient) asks for a Triton launch; an empty grid launches nothing. The recorder does not
+    count it, and the device's own trace of the call agrees: torch's ReLU ran there, `relu_kernel` never did."""
+    v = _eval(tmp_path, "empty_grid", EMPTY_GRID, policy="lenient")
+    assert v.status is Status.REJECTED and v.finding("no_triton_kernel"), v.to_dict()
+    kernels = v.timing.get("device_kernels", {})
+    assert kernels and not any("relu_kernel" in name for name in kernels), v.timing
 
 
 def test_side_stream_work_is_rejected(tmp_path: Path) -> None:
