@@ -767,10 +767,10 @@ class CandidateRunner:
         """The guards' findings and what forward ran; with `trace` (a correct candidate, on a GPU) the device's
         own trace of one more call too."""
         g = self.guards
-        kernels = g.kernels()  # the checked cases' launches, before the traced call below adds its own
+        kernels, ops = g.kernels(), dict(g.ops.ops)  # the checked cases', before the traced call adds its own
         trace_ = self.device_trace() if trace and self.device == "cuda" and self.last_inputs else {}
         self.link.send({"op": "report", "findings": [f.to_dict() for f in g.judge()],
-                                 "ops": dict(g.ops.ops), "kernels": kernels,
+                                 "ops": ops, "kernels": kernels,
                                  "foreign_kernels": dict(g.launches.foreign), "sandbox": _observed_sandbox(),
                                  "versions": _versions(), "spent": {k: round(v, 3) for k, v in self.spent.items()},
                                  **({"device_trace": trace_} if trace_ else {}), **_profile_text()})
