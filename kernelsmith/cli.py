@@ -514,7 +514,9 @@ def serve_command(
     device: Annotated[str, typer.Option(help="auto (cuda when torch sees a GPU, else cpu), cuda, or cpu "
                                              "(Triton interpreter; no timing)")] = "auto",
     gpus: Annotated[str | None, typer.Option(help="GPU indices to use, e.g. 0,1 (default: all visible)")] = None,
-    slots_per_gpu: Annotated[int, typer.Option(help="Evaluations at once per GPU (timing still runs alone)")] = 2,
+    slots_per_gpu: Annotated[int | None, typer.Option(
+        help="Evaluations at once per GPU (timing still runs alone; default: the cores but two, shared among "
+             "the GPUs, 2 to 12)")] = None,
     cpu_slots: Annotated[int, typer.Option(help="Evaluations at once with --device cpu")] = 2,
     db: Annotated[Path, typer.Option(help="SQLite file holding accepted jobs (survives restarts)")] = Path(
         "kernelsmith-jobs.db"),
@@ -552,7 +554,7 @@ def serve_command(
         if backend == "ray":
             from kernelsmith.referee.ray_pool import RayPool
 
-            pool = RayPool(device, address=ray_address, slots_per_actor=slots_per_gpu if device == "cuda" else 1)
+            pool = RayPool(device, address=ray_address, slots_per_actor=(slots_per_gpu or 2) if device == "cuda" else 1)
         else:
             pool = LocalPool(device, gpus=gpu_list, slots_per_gpu=slots_per_gpu, cpu_slots=cpu_slots)
         store = JobStore(db)
