@@ -172,6 +172,7 @@ class _Unknown(Exception):
 
 
 _MAX_BITS = 256  # bigger integers are no size: refusing them keeps `10 ** 10 ** 10` from running here
+_MAX_ITEMS = 4096  # the longest list a constant may be computed into (`[1024] * 16`)
 _BINOPS: dict[type, Any] = {
     ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
     ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
@@ -209,8 +210,11 @@ def _static_value(node: ast.expr, env: dict[str, Any]) -> Any:
         return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         a, b = _static_value(node.left, env), _static_value(node.right, env)
-        if isinstance(a, tuple) and isinstance(b, tuple) and isinstance(node.op, ast.Add):
+        if isinstance(node.op, ast.Add) and type(a) is type(b) and isinstance(a, (tuple, list)):
             return a + b
+        if isinstance(node.op, ast.Mult) and isinstance(a, (tuple, list)) and type(b) is int \
+                and len(a) * max(b, 0) <= _MAX_ITEMS:  # `[1024] * 16`
+            return a * b
         a, b = _number(a), _number(b)
         if isinstance(node.op, (ast.Pow, ast.LShift)) and not (type(b) is int and 0 <= b <= _MAX_BITS) and \
                 not (isinstance(node.op, ast.Pow) and type(a) is float):

@@ -299,7 +299,8 @@ def get_init_inputs():
 # Forms with no template: (forward body, words the message must contain).
 UNSUPPORTED = {
     "cumsum": ("return torch.cumsum(x, dim=1)", ["cumsum", "no template"]),
-    "comparison": ("return torch.where(x > 0, x, x * 0.1)", ["gt", "no template"]),
+    # refused from the graph before any shape is known: torch.where (`x > 0` on tensors is refused only later)
+    "comparison": ("return torch.where(x > 0, x, x * 0.1)", ["torch.where", "no template"]),
     "argmax": ("return torch.max(x, dim=1)[1].float()", ["argmax"]),
     "dropout": ("return F.dropout(x, p=0.5, training=True)", ["dropout"]),
     "non_contiguous_dims": ("return x.sum(dim=(0, 2))", ["non-contiguous"]),
@@ -453,3 +454,89 @@ def test_call_forms() -> None:
     meta = generate_seed(source, [40, 29, 1.7], [torch.empty(4096, 40, device="meta")])
     assert explicit.source == by_path.source == meta.source
     assert explicit.patterns == [MM]
+
+
+def test_every_refusal_names_the_task_line() -> None:
+    for case, (body, _) in sorted(UNSUPPORTED.items()):
+        with pytest.raises(SeedUnsupported, match=r"^task\.py:12: ") as info:
+            generate_seed(_one_op_task(body), [], [torch.randn(4, 6, 5)], filename="task.py")
+        assert "Error:" not in str(info.value), (case, str(info.value))
+
+
+# RNN-style tasks as KernelBench writes them (levels 3/33-42), at sizes that would be slow to propagate.
+LSTM_TASK = _HEAD + '''
+class Model(nn.Module):
+    def __init__(self, n_in, n_hidden):
+        super().__init__()
+        self.lstm = nn.LSTM(n_in, n_hidden, num_layers=4, batch_first=True)
+        self.fc = nn.Linear(n_hidden, 10)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.fc(out[:, -1, :])
+
+
+def get_inputs():
+    return [torch.rand(64, 4096, 512)]
+
+
+def get_init_inputs():
+    return [512, 1024]
+'''
+
+STATEFUL_RNN_TASK = _HEAD + '''
+batch_size = 4
+
+
+class Model(nn.Module):
+    def __init__(self, n_in, n_hidden):
+        super().__init__()
+        self.hidden = torch.randn((batch_size, n_hidden))
+        self.i2h = nn.Linear(n_in + n_hidden, n_hidden)
+
+    def forward(self, x):
+        self.hidden = self.hidden.to(x.device)
+        combined = torch.cat((x, self.hidden), dim=1)
+        self.hidden = torch.tanh(self.i2h(combined))
+        return self.hidden
+
+
+def get_inputs():
+    return [torch.rand(batch_size, 8)]
+
+
+def get_init_inputs():
+    return [8, 16]
+'''
+
+
+def test_an_unsupported_module_is_refused_before_any_shape_is_propagated(monkeypatch: pytest.MonkeyPatch) -> None:
+    def propagated(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        raise AssertionError("the LSTM was run to learn shapes")
+
+    monkeypatch.setattr(torch.nn.LSTM, "forward", propagated)
+    with pytest.raises(SeedUnsupported) as info:
+        generate_seed(LSTM_TASK, filename="35_LSTM.py")
+    assert str(info.value) == "35_LSTM.py:14: nn.LSTM (call_module lstm) has no template"
+
+
+def test_a_forward_that_keeps_state_in_self_is_named_as_such() -> None:
+    with pytest.raises(SeedUnsupported) as info:
+        generate_seed(STATEFUL_RNN_TASK, filename="33_VanillaRNN.py")
+    assert str(info.value).startswith("33_VanillaRNN.py:17: Model.forward assigns self.hidden (state kept from "
+                                      "one call to the next)"), str(info.value)
+
+
+@pytest.mark.parametrize(("forward", "line", "words"), [
+    ("out = []\n        for t in range(x.size(0)):\n            out.append(x[t])\n        return torch.stack(out)",
+     13, "uses a tensor's size or value as a Python int"),
+    ("if x.sum() > 0:\n            return x\n        return -x", 12, "branches on a tensor's value"),
+    ("import kernelsmith_no_such_module\n        return x", 12, "imports kernelsmith_no_such_module, which is "
+     "not installed"),
+    ("return x + x.sum(dim=1)", 12, "aten.add (call_function operator.add): Model.forward fails on the example "
+     "inputs (RuntimeError: The size of tensor a (6) must match"),
+])
+def test_what_torch_fx_cannot_follow_is_said_in_words_with_the_line(forward: str, line: int, words: str) -> None:
+    with pytest.raises(SeedUnsupported) as info:
+        generate_seed(_one_op_task(forward), [], [torch.randn(4, 6, 5)], filename="task.py")
+    assert str(info.value).startswith(f"task.py:{line}: ") and words in str(info.value), str(info.value)

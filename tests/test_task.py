@@ -220,6 +220,7 @@ shape = (5, 6)
 P, Q = shape
 K = 4
 K *= 2
+layers = [32] * 3
 CPU_OVERRIDES = {
     "M": 8,
 }
@@ -243,7 +244,8 @@ def get_init_inputs():
     ({"bias_shape": [3, 1, 1]}, {"bias_shape": (3, 1, 1)}),
     ({"shape": (2, 3)}, {"P": 2, "Q": 3}),
     ({"Q": 9}, {"P": 5, "Q": 9}),
-    ({"K": 3}, {"K": 3}),  # `K *= 2` of a set constant: the value set is the value seen
+    ({"K": 3}, {"K": 3}),
+    ({"layers": [4, 4]}, {"layers": [4, 4]}),  # `K *= 2` of a set constant: the value set is the value seen
 ])
 def test_set_works_on_every_way_kernelbench_writes_a_size(tmp_path: Path, given: dict, expected: dict) -> None:
     path = write(tmp_path, SHIPPED_STYLE)
@@ -271,6 +273,7 @@ def test_a_value_over_several_lines_is_replaced_in_place(tmp_path: Path) -> None
 def test_size_constants_leave_out_the_computed_ones(tmp_path: Path) -> None:
     sizes = Task.load(write(tmp_path, SHIPPED_STYLE)).size_constants()
     assert {"M", "N", "height", "width", "rows", "features", "K"} <= set(sizes)
+    assert Task.load(tmp_path / "task.py").constants["layers"] == [32, 32, 32]
     assert not {"dim", "P", "Q", "bias_shape"} & set(sizes)
     assert Task.load(tmp_path / "task.py", {"dim": 7}).size_constants()["dim"] == 7  # set: its own now
 

@@ -37,6 +37,7 @@ import math
 import re
 import sys
 import textwrap
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ import torch
 import torch.fx as fx
 
 from kernelsmith import pyast
-from kernelsmith.task import Task, load_module
+from kernelsmith.task import Task, TaskMissingModule, check_imports, load_module
 from kernelsmith.workshop.offline import templates_triton as T
 
 __all__ = ["SeedResult", "SeedUnsupported", "generate_seed", "seed_for_task"]
@@ -182,14 +183,75 @@ def _canon(name: str) -> str:
     return _ALIASES.get(name, name)
 
 
+def _node_line(node: fx.Node | None, filename: str) -> int | None:
+    """The task file's line that made `node` (recorded by `_LineTracer`)."""
+    return node.meta.get("task_line") if node is not None else None
+
+
+def _exc_line(exc: BaseException, filename: str) -> int | None:
+    """The task file's line where `exc` was raised (its innermost frame in that file)."""
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    return lines[-1] if lines else None
+
+
+def _at(filename: str, line: int | None) -> str:
+    return f"{filename}:{line}: " if line else f"{filename}: "
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().split("\n", 1)[0]
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def _known(node: fx.Node, gm: fx.GraphModule) -> bool:
+    """Whether `_Lowerer.call` could lower `node` for some values of its arguments: False means refused
+    whatever the shapes, so a model with such an operator is refused before any shape is propagated (an RNN
+    run on real CPU tensors to learn shapes took minutes, only to be refused at its `nn.LSTM`)."""
+    if node.op == "call_function" and getattr(node.target, "__name__", "") in _SKIP:
+        return True  # the guards fx adds for specialised arguments (removed before lowering)
+    if node.op == "call_module":
+        mod = gm.get_submodule(node.target)
+        return hasattr(_Lowerer, f"mod_{type(mod).__name__}") and type(mod).__module__.startswith("torch.nn")
+    if node.op == "call_method":
+        name, ns = node.target, "method"
+    elif node.op == "call_function":
+        ns, name = _qualname(node.target)
+        if ns not in ("torch", "torch.nn.functional", "operator", "builtins", "torch.special"):
+            return False
+    else:
+        return True
+    if name in _SKIP:
+        return True
+    if name.endswith("_") and not name.startswith("_") and hasattr(_Lowerer, f"op_{_canon(name[:-1])}"):
+        name = name[:-1]
+    if ns == "operator" and name.startswith("i") and name[1:] in _PY_OPS:
+        name = name[1:]
+    name = _canon(name)
+    if name in ("getitem", "getattr") or name in _IDENTITY or hasattr(_Lowerer, f"op_{name}"):
+        return True
+    if ns == "operator":
+        return name in _PY_OPS or name == "neg"
+    return (ns == "method" and name in _GLUE_METHODS) or (ns == "torch" and name in _GLUE_FUNCTIONS)
+
+
+# What torch.fx's failures mean for a KernelBench forward, in words.
+_TRACE_WHY = (
+    ("cannot be used as inputs to control flow", "Model.forward branches on a tensor's value (if/while on data)"),
+    ("cannot be interpreted as an integer", "Model.forward uses a tensor's size or value as a Python int "
+                                           "(range(), a loop count)"),
+    ("slice indices must be integers", "Model.forward slices with a tensor's size or value as a Python int"),
+    ("cannot be iterated", "Model.forward iterates over a tensor or a size in Python"),
+)
+
+
 # ----------------------------------------------------------------------------------------------- lowering
 
 
 class _Lowerer:
     """fx graph (with meta values) → IR values; composite ops are expanded here."""
 
-    def __init__(self, gm: fx.GraphModule, model: torch.nn.Module):
-        self.gm, self.model = gm, model
+    def __init__(self, gm: fx.GraphModule, model: torch.nn.Module, filename: str = "<task>"):
+        self.gm, self.model, self.filename = gm, model, filename
         self.vals: list[_Val] = []
         self.params: dict[str, _Val] = {}
         self.env: dict[fx.Node, Any] = {}
@@ -215,7 +277,11 @@ class _Lowerer:
         return v
 
     def here(self) -> str:
-        return _describe(self.node, self.gm) if self.node is not None else "?"
+        """The node being lowered, as messages name it: "task.py:12: nn.Conv2d (call_module conv)"."""
+        if self.node is None:
+            return "?"
+        line = _node_line(self.node, self.filename)
+        return f"{self.filename}:{line}: {_describe(self.node, self.gm)}" if line else _describe(self.node, self.gm)
 
     def unsupported(self, why: str) -> SeedUnsupported:
         return SeedUnsupported(f"{self.here()}: {why}")
@@ -237,10 +303,11 @@ class _Lowerer:
                 for part in path.split("."):
                     obj = getattr(obj, part)
             except AttributeError:
-                raise SeedUnsupported(f"get_attr {path}: a tensor created in forward (not an attribute of Model) "
-                                      "has no template") from None
+                raise SeedUnsupported(f"{_at(self.filename, _node_line(self.node, self.filename))}get_attr {path}: "
+                                      "a tensor created in forward (not an attribute of Model) has no template") from None
             if not isinstance(obj, torch.Tensor):
-                raise SeedUnsupported(f"get_attr {path}: not a tensor")
+                raise SeedUnsupported(f"{_at(self.filename, _node_line(self.node, self.filename))}get_attr {path}: "
+                                      f"not a tensor ({type(obj).__name__})")
             v = self.new("param", "param", params={"path": path}, shape=tuple(obj.shape), dtype=obj.dtype)
             v.origin = path
             self.params[path] = v
@@ -350,7 +417,12 @@ class _Lowerer:
             elif node.op == "output":
                 self.outputs = fx.node.map_arg(node.args[0], lambda n: self.env[n])
             else:
-                out = self.call(node)
+                try:
+                    out = self.call(node)
+                except SeedUnsupported as exc:  # raised below the node's handler (broadcasting, ...): say where
+                    if self.here() in str(exc):
+                        raise
+                    raise SeedUnsupported(f"{self.here()}: {exc}") from None
                 if isinstance(out, _Val) and out.tensor:
                     if not isinstance(val, torch.Tensor) or tuple(val.shape) != out.shape:
                         got = tuple(val.shape) if isinstance(val, torch.Tensor) else type(val).__name__
@@ -1326,24 +1398,90 @@ def _attribute_refs(gm: fx.GraphModule, model: torch.nn.Module, retrace: Any) ->
 
 
 class _Recorder(fx.Interpreter):
-    """Runs the traced graph once and keeps every node's result (meta tensors: shapes only) in `meta["val"]`."""
+    """Runs the traced graph once and keeps every node's result (meta tensors: shapes only) in `meta["val"]`;
+    `failed` is the node that raised, for the message."""
+
+    failed: fx.Node | None = None
 
     def run_node(self, n: fx.Node) -> Any:
-        out = super().run_node(n)
+        try:
+            out = super().run_node(n)
+        except Exception:
+            self.failed = n
+            raise
         n.meta["val"] = out
         return out
 
 
-def _trace(module: Any, init_inputs: list, example_inputs: list,
-           real_inputs: Any = None) -> tuple[fx.GraphModule, torch.nn.Module]:
-    """Trace `Model(*init_inputs)` and record every node's value; `real_inputs()` gives CPU inputs for the
-    fallback when the model cannot run on the meta device."""
+class _LineTracer(fx.Tracer):
+    """fx's tracer, noting in each node the task file's line that made it (the innermost frame of that file),
+    so messages name it. fx's own `record_stack_traces` costs ~1.5 s of imports on its first use."""
+
+    def __init__(self, filename: str):
+        super().__init__()
+        self.filename = filename
+
+    def create_node(self, *args: Any, **kwargs: Any) -> fx.Node:
+        node = super().create_node(*args, **kwargs)
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename != self.filename:
+            frame = frame.f_back
+        if frame is not None:
+            node.meta["task_line"] = frame.f_lineno
+        return node
+
+
+def _symbolic_trace(model: torch.nn.Module, concrete: dict | None, filename: str) -> fx.GraphModule:
+    """`fx.symbolic_trace`, with each node's line of the task file (`_LineTracer`)."""
+    tracer = _LineTracer(filename)
+    graph = tracer.trace(model, concrete_args=concrete)
+    return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+def _state_assignment(model: torch.nn.Module, task_source: str, filename: str) -> str | None:
+    """A forward that assigns `self.NAME = ...` keeps state between calls: tracing leaves a Proxy in that
+    attribute. The refusal names it and the line of its first assignment in a `forward`."""
+    for mpath, mod in model.named_modules():
+        for name, value in vars(mod).items():
+            if not isinstance(value, fx.Proxy):
+                continue
+            line = None
+            try:
+                for fn in ast.walk(pyast.parse(task_source)):
+                    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == "forward":
+                        line = line or next((n.lineno for n in ast.walk(fn) if isinstance(n, ast.Attribute)
+                                             and isinstance(n.ctx, ast.Store) and n.attr == name
+                                             and isinstance(n.value, ast.Name) and n.value.id == "self"), None)
+            except SyntaxError:
+                pass
+            line = line or _node_line(value.node, filename)
+            attr = f"{mpath}.{name}" if mpath else name
+            return (f"{_at(filename, line)}Model.forward assigns self.{attr} (state kept from one call to the next): "
+                    "no template; a forward that only reads its attributes can be translated")
+    return None
+
+
+def _refuse_unknown(gm: fx.GraphModule, model: torch.nn.Module, filename: str) -> None:
+    """Refuse the first operator no template covers, from the traced graph alone: before any shape is
+    propagated (which may run the model on real CPU tensors), so the refusal takes milliseconds."""
+    for node in gm.graph.nodes:
+        if not _known(node, gm):
+            line = _node_line(node, filename)
+            where = f"{filename}:{line}: " if line else ""
+            raise SeedUnsupported(f"{where}{_describe(node, gm)} has no template")
+
+
+def _trace(module: Any, init_inputs: list, example_inputs: list, real_inputs: Any = None,
+           filename: str = "<task>", task_source: str = "") -> tuple[fx.GraphModule, torch.nn.Module]:
+    """Trace `Model(*init_inputs)`, refuse what no template covers, and record every node's value;
+    `real_inputs()` gives CPU inputs for the fallback when the model cannot run on the meta device."""
     model_cls = getattr(module, "Model", None)
     if model_cls is None:
-        raise SeedUnsupported("the task defines no class Model")
+        raise SeedUnsupported(f"{filename}: the task defines no class Model")
     _, params = _forward_signature(model_cls)
     if len(example_inputs) > len(params):
-        raise SeedUnsupported(f"get_inputs() gives {len(example_inputs)} values for {len(params)} forward arguments")
+        raise SeedUnsupported(f"{filename}: get_inputs() gives {len(example_inputs)} values for {len(params)} "
+                              "forward arguments")
     run_args, concrete = [], {}
     for i, p in enumerate(params):
         if i < len(example_inputs):
@@ -1353,19 +1491,31 @@ def _trace(module: Any, init_inputs: list, example_inputs: list,
         elif p.default is not p.empty:
             a = concrete[p.name] = p.default
         else:
-            raise SeedUnsupported(f"get_inputs() gives no value for forward argument {p.name}")
+            raise SeedUnsupported(f"{filename}: get_inputs() gives no value for forward argument {p.name}")
         run_args.append(a)
 
     def build(meta: bool) -> tuple[fx.GraphModule, torch.nn.Module]:
-        if meta:
-            with torch.device("meta"):
-                model = model_cls(*init_inputs)
-        else:
-            model = model_cls(*init_inputs)
         try:
-            gm = fx.symbolic_trace(model, concrete_args=concrete or None)
+            if meta:
+                with torch.device("meta"):
+                    model = model_cls(*init_inputs)
+            else:
+                model = model_cls(*init_inputs)
         except Exception as exc:
-            raise SeedUnsupported(f"torch.fx cannot trace Model.forward ({type(exc).__name__}: {exc})") from None
+            if meta:
+                raise
+            raise SeedUnsupported(f"{_at(filename, _exc_line(exc, filename))}Model(*get_init_inputs()) fails "
+                                  f"({_first_line(exc)})") from None
+        try:
+            gm = _symbolic_trace(model, concrete or None, filename)
+        except Exception as exc:
+            why = next((w for key, w in _TRACE_WHY if key in str(exc)), "torch.fx cannot trace Model.forward")
+            raise SeedUnsupported(f"{_at(filename, _exc_line(exc, filename))}{why}: no template "
+                                  f"({_first_line(exc)})") from None
+        state = _state_assignment(model, task_source, filename)
+        if state:
+            raise SeedUnsupported(state)
+        _refuse_unknown(gm, model, filename)
         for node in list(gm.graph.nodes):  # the guards fx adds for specialised arguments
             if node.op == "call_function" and getattr(node.target, "__name__", "") in _SKIP:
                 gm.graph.erase_node(node)
@@ -1375,6 +1525,7 @@ def _trace(module: Any, init_inputs: list, example_inputs: list,
     def retrace() -> fx.GraphModule:
         return fx.symbolic_trace(model, concrete_args=concrete or None)
 
+    meta_failure = ""
     try:  # on the meta device: no memory, no arithmetic, whatever the sizes
         gm, model = build(meta=True)
         _Recorder(gm).run(*[torch.empty_like(a, device="meta") if isinstance(a, torch.Tensor) else a
@@ -1383,22 +1534,27 @@ def _trace(module: Any, init_inputs: list, example_inputs: list,
         return gm, model
     except SeedUnsupported:
         raise
-    except Exception:
-        pass
+    except Exception as exc:
+        meta_failure = _first_line(exc)
     if any(isinstance(a, torch.Tensor) and a.device.type == "meta" for a in run_args):
         if real_inputs is None:
-            raise SeedUnsupported("Model cannot run on the meta device and no real example inputs were given")
+            raise SeedUnsupported(f"{filename}: Model cannot run on the meta device ({meta_failure}) and no real "
+                                  "example inputs were given")
         real = list(real_inputs())
         run_args = [real[i] if i < len(real) else a for i, a in enumerate(run_args)]
-    try:  # an __init__ or an op that needs real data: propagate on real CPU tensors instead
-        gm, model = build(meta=False)
+    gm, model = build(meta=False)  # an __init__ or an op that needs real data: real CPU tensors instead
+    recorder = _Recorder(gm)
+    try:
         with torch.no_grad():
-            _Recorder(gm).run(*run_args)
+            recorder.run(*run_args)
         _attribute_refs(gm, model, retrace)
     except SeedUnsupported:
         raise
     except Exception as exc:
-        raise SeedUnsupported(f"cannot run Model.forward on the example inputs ({type(exc).__name__}: {exc})") from None
+        node = recorder.failed
+        what = f"{_describe(node, gm)}: " if node is not None and node.op.startswith("call") else ""
+        raise SeedUnsupported(f"{_at(filename, _node_line(node, filename))}{what}Model.forward fails on the "
+                              f"example inputs ({_first_line(exc)})") from None
     return gm, model
 
 
@@ -1422,33 +1578,44 @@ def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: lis
         filename, init_inputs = str(init_inputs), None
     name = f"kernelsmith_seed_task_{next(_counter)}"
     try:
+        check_imports(pyast.parse(task_source, filename=filename), filename)
+    except SyntaxError as exc:
+        raise SeedUnsupported(f"{filename}:{exc.lineno}: syntax error in the task: {exc.msg}") from None
+    except TaskMissingModule as exc:
+        raise SeedUnsupported(str(exc)) from None
+    try:
         try:
             module = load_module(task_source, filename, name)
         except Exception as exc:
-            raise SeedUnsupported(f"the task does not run ({type(exc).__name__}: {exc})") from None
+            raise SeedUnsupported(f"{_at(filename, _exc_line(exc, filename))}the task does not run "
+                                  f"({_first_line(exc)})") from None
         with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
             torch.manual_seed(0)
-            if init_inputs is None:
-                init_inputs = list(module.get_init_inputs())
-            real = None
-            if example_inputs is None:
-                example_inputs = _task_inputs(module)
-                real = module.get_inputs
-            gm, model = _trace(module, list(init_inputs), list(example_inputs), real)
+            try:
+                if init_inputs is None:
+                    init_inputs = list(module.get_init_inputs())
+                real = None
+                if example_inputs is None:
+                    example_inputs = _task_inputs(module)
+                    real = module.get_inputs
+            except Exception as exc:
+                raise SeedUnsupported(f"{_at(filename, _exc_line(exc, filename))}get_inputs() or "
+                                      f"get_init_inputs() fails ({_first_line(exc)})") from None
+            gm, model = _trace(module, list(init_inputs), list(example_inputs), real, filename, task_source)
         signature, _ = _forward_signature(module.Model)
     finally:
         sys.modules.pop(name, None)
-    low = _Lowerer(gm, model)
+    low = _Lowerer(gm, model, filename)
     low.run()
-    return _emit(task_source, low, signature)
+    return _emit(task_source, low, signature, filename)
 
 
-def _emit(task_source: str, low: _Lowerer, signature: str) -> SeedResult:
+def _emit(task_source: str, low: _Lowerer, signature: str, filename: str = "<task>") -> SeedResult:
     live = _live(low.outputs)
     fuser = _Fuser(low.vals)
     groups = fuser.run(live)
     if not groups:
-        raise SeedUnsupported("Model.forward computes nothing a kernel could do (only views or inputs)")
+        raise SeedUnsupported(f"{filename}: Model.forward computes nothing a kernel could do (only views or inputs)")
     group_of = fuser.group_of
     users: dict[_Val, set[Any]] = {}
     for v in low.vals:
