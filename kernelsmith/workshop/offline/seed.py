@@ -241,6 +241,7 @@ _TRACE_WHY = (
                                            "(range(), a loop count)"),
     ("slice indices must be integers", "Model.forward slices with a tensor's size or value as a Python int"),
     ("cannot be iterated", "Model.forward iterates over a tensor or a size in Python"),
+    ("unknown to einops", "Model.forward calls einops (rearrange, reduce, ...), which torch.fx cannot follow"),
 )
 
 
