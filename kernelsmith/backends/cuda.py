@@ -312,6 +312,9 @@ def builder_main(work_dir: Path) -> int:
     """The builder child: compile every spec of build.json into work_dir/build-NAME, report to result.json."""
     job = json.loads((work_dir / "build.json").read_text())
     deadline = time.monotonic() + job["timeout_s"]
+    tmp = os.environ.get("TMPDIR")
+    if tmp:  # a sandbox gives a private /tmp; an unsandboxed child's TMPDIR is a dir in its work dir, made here
+        Path(tmp).mkdir(parents=True, exist_ok=True)
     results = []
     for spec in job["specs"]:
         bdir = work_dir / f"build-{spec['name']}"
@@ -375,22 +378,26 @@ class CudaBackend:
                 child = Child.start(["-m", "kernelsmith.backends.cuda", "{work}"], device, limits or Limits(),
                                     gpu=gpu, rw_dir=work)
                 outcome = child.wait(time.monotonic() + timeout + 5)
-                child.close()
-                try:
-                    report = json.loads((work / "result.json").read_text())["results"]
-                except (OSError, ValueError, KeyError):
-                    why = ("ran past the compile timeout" if outcome is not None and outcome.timed_out
-                           else "exited before reporting")
-                    return BuildResult(ok=False, error=f"CUDA build {why} ({timeout:.0f} s limit)",
-                                       log=child.log()[-4000:], info={**info, "seconds": round(time.monotonic() - t0, 2)})
-                for r in report:
-                    if not r["ok"]:
-                        trimmed = trim_compiler_output(r["output"], r["build_dir"])
-                        return BuildResult(ok=False, error=f"CUDA extension {r['name']!r} did not compile:\n{trimmed}",
-                                           log=trim_compiler_output(r["output"], r["build_dir"], 20, 4, 6000),
+                try:  # all read before `close`: without bubblewrap the child's dir is `work` itself, removed by it
+                    try:
+                        report = json.loads((work / "result.json").read_text())["results"]
+                    except (OSError, ValueError, KeyError):
+                        why = ("ran past the compile timeout" if outcome is not None and outcome.timed_out
+                               else "exited before reporting")
+                        return BuildResult(ok=False, error=f"CUDA build {why} ({timeout:.0f} s limit)",
+                                           log=child.log()[-4000:],
                                            info={**info, "seconds": round(time.monotonic() - t0, 2)})
-                for e, r in zip(todo, report):  # the builder names its dirs as it saw them, inside its sandbox
-                    self._store(cache, e, work / Path(r["build_dir"]).name, mode, r["seconds"])
+                    for r in report:
+                        if not r["ok"]:
+                            trimmed = trim_compiler_output(r["output"], r["build_dir"])
+                            return BuildResult(ok=False,
+                                               error=f"CUDA extension {r['name']!r} did not compile:\n{trimmed}",
+                                               log=trim_compiler_output(r["output"], r["build_dir"], 20, 4, 6000),
+                                               info={**info, "seconds": round(time.monotonic() - t0, 2)})
+                    for e, r in zip(todo, report):  # the builder names its dirs as it saw them, inside its sandbox
+                        self._store(cache, e, work / Path(r["build_dir"]).name, mode, r["seconds"])
+                finally:
+                    child.close()
             finally:
                 shutil.rmtree(root, ignore_errors=True)
         info["seconds"] = round(time.monotonic() - t0, 2)
