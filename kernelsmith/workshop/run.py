@@ -116,7 +116,8 @@ def _answers(store: RunStore, inner: Any, recorded: RunStore | None = None) -> C
         store.add_answer(RUN_ID, child, prompt_digest, p.model, p.text, usage, spent=p.spent)
 
     def replayed(child: str) -> dict[str, Any] | None:
-        assert recorded is not None
+        if recorded is None:
+            return None
         hit = recorded.answer(RUN_ID, child)
         if hit is None:  # a run recorded before answers were kept per child (schema 1): by prompt, as then
             prompt = next((p for p in recorded.prompts(RUN_ID) if p.get("child") == child), None)
@@ -266,7 +267,8 @@ def _evolve_locked(config: RunConfig, task: Any, inner: Any, recorded: Path | No
         store.set_counter(RUN_ID, "settings_changes", history + [{"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                                                    "changed": changed}])
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    proposer = _answers(store, inner, RunStore(recorded) if recorded is not None else None)
+    # The recorded run is only read: opened read-only, it is neither migrated nor locked.
+    proposer = _answers(store, inner, RunStore(recorded, readonly=True) if recorded is not None else None)
     if judge is None and config.referee_url:
         judge = _remote_judge(config, task)
     elif judge is None:  # the one way into evaluation: the pool places work on GPUs and holds each GPU's timing lease

@@ -623,10 +623,8 @@ class RunStore:
 
     def answer(self, run_id: str, child: str) -> dict[str, Any] | None:
         """{"child", "prompt_hash", "model", "text", "usage", "spent", "outcome", "created"} or None."""
-        with self.engine.connect() as conn:
-            q = select(ANSWERS).where(ANSWERS.c.run_id == run_id, ANSWERS.c.child == child)
-            row = conn.execute(q).mappings().first()
-            return _answer_row(row) if row else None
+        rows = self._rows(ANSWERS, ANSWERS.c.run_id == run_id, ANSWERS.c.child == child)
+        return _answer_row(rows[0]) if rows else None
 
     def answers(self, run_id: str) -> list[dict[str, Any]]:
         """The run's answers in the order they arrived (none in a database older than schema 2)."""
