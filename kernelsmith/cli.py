@@ -507,6 +507,34 @@ def extract_command(
     raise typer.Exit(EXIT_CORRECT if complete else EXIT_NOT_CORRECT)
 
 
+@app.command("export")
+def export_command(
+    run_dir: Annotated[Path, typer.Argument(help="An evolve run dir (run.db, config.yaml, best.py)")],
+    out: Annotated[Path, typer.Option("--out", help="The package dir to write (new, empty, or a previous "
+                                                    "export's); its name is the package's")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print export.json (or the error) as JSON")] = False,
+) -> None:
+    """Write RUN_DIR's best correct program as a drop-in package: kernels, `apply(model)`, a pytest file, README.
+
+    The package needs only torch and triton. Exit code 0 when written, 2 for bad input (not a run dir, no correct
+    program, a PKG_DIR holding other files).
+    """
+    from kernelsmith.export import ExportError, export
+
+    try:
+        manifest = export(run_dir, out)
+    except ExportError as exc:
+        raise bad_input(str(exc), file=exc.file, kind=exc.kind, as_json=as_json) from None
+    if as_json:
+        print(json.dumps({**manifest, "out": str(out)}, indent=2))
+        return
+    src = manifest["source"]
+    out_console = Console(width=None if sys.stdout.isatty() else 200)
+    out_console.print(f"package {escape(str(out))}: {escape(src['program'])} of task {escape(src['task'])}, "
+                      f"speedup {escape(manifest['speedup_text'])}; check it with: python -m pytest "
+                      f"{escape(str(out))}", highlight=False)
+
+
 @app.command("serve")
 def serve_command(
     host: Annotated[str, typer.Option(help="Address to bind; beyond localhost a token is required")] = "127.0.0.1",
