@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kernelsmith.workshop.offline.proposer import MixedProposer, OfflineProposer
 from kernelsmith.workshop.prompt import Prompt
 from kernelsmith.workshop.proposers import Proposal, ProposalContext
@@ -55,3 +57,41 @@ def test_mixed_mode_alternates_model_and_tuner() -> None:
     out = asyncio.run(go())
     assert [p.model for p in out] == ["m", "offline", "m", "offline"] and model.calls == 2
     assert "Tuned:" in out[1].text and "```python" in out[1].text
+
+
+def test_the_seed_is_traced_in_a_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracing the reference runs the task's code: it runs in a referee sandbox, where the orchestrator's secrets
+    and files are out of reach; only the seed's text comes back."""
+    from kernelsmith.workshop.offline.proposer import sandboxed_seed
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-seed-sandbox-0123456789")
+    marker = tmp_path / "escaped"
+    source = f'''import os
+import torch
+import torch.nn as nn
+
+if os.environ.get("OPENAI_API_KEY"):
+    raise RuntimeError("the key is visible to the task")
+try:
+    open({str(marker)!r}, "w").write("out")
+except OSError:
+    pass
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+    seed, patterns, why = sandboxed_seed(source, str(tmp_path / "task.py"))
+    assert seed is not None and "ModelNew" in seed, why
+    assert patterns and not marker.exists()
+    seed, _, why = sandboxed_seed("import torch\nraise SystemExit(3)\n", str(tmp_path / "bad.py"))
+    assert seed is None and ("bad.py" in why or "without an answer" in why), why

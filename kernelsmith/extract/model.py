@@ -16,7 +16,6 @@ import math
 import os
 import re
 import shutil
-import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -138,26 +137,9 @@ def validate_group(g: Any, lines: dict[int, int]) -> dict[str, Any]:
 
 def read_report(path: Path) -> dict[str, Any] | None:
     """The worker's JSON report: a regular file (never through a symlink the sandbox made) of bounded size."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, total = [], 0
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > RESULT_LIMIT:
-                return None
-    finally:
-        os.close(fd)
-    try:
-        data = json.loads(b"".join(chunks))
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
+    from kernelsmith.referee.sandbox import read_child_report
+
+    return read_child_report(path, RESULT_LIMIT)
 
 
 def run_worker(task: Task, opts: ExtractOptions) -> dict[str, Any]:

@@ -931,6 +931,35 @@ def template_pids() -> list[int]:
         return [z.child.proc.pid for z in _ZYGOTES.values() if z is not None and z.alive()]
 
 
+def read_child_report(path: Path, limit: int = 64 << 20) -> dict[str, Any] | None:
+    """A sandboxed child's JSON report from its work dir: a regular file (never through a symlink the child made),
+    at most `limit` bytes, a JSON object; None otherwise. Read it before `Child.close`: without bubblewrap the
+    child's dir is removed with it."""
+    import json
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, total = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                return None
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def zygote_for(device: str, gpu: int | None, limits: Limits) -> Zygote | None:
     """The template for this device and GPU, started on first use; None where candidates cannot be forked
     (not root, no bubblewrap, KERNELSMITH_ZYGOTE=0, or the template failed to start: each candidate then gets

@@ -7,12 +7,52 @@ them exactly like a model's. In "mixed" mode the workshop alternates: model for 
 
 from __future__ import annotations
 
+import json
 import random
 
 from kernelsmith.workshop.prompt import Prompt
 from kernelsmith.workshop.proposers import Proposal, ProposalContext, Proposer, charge
 
 OFFLINE = "offline"
+
+
+SEED_TIMEOUT_S = 300.0  # tracing and shape propagation; refusals come within seconds
+
+
+def sandboxed_seed(task_source: str, task_path: str, timeout_s: float = SEED_TIMEOUT_S,
+                   ) -> tuple[str | None, list[str], str]:
+    """(seed source or None, template patterns, why not): `generate_seed` run in a referee sandbox on the CPU,
+    since tracing the reference runs the task's code (`seed_child`). Only text comes back."""
+    import shutil
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from kernelsmith.referee.sandbox import Child, Limits, read_child_report
+
+    root = Path(tempfile.mkdtemp(prefix="kernelsmith-seed-"))
+    try:
+        work = root / "seed"
+        work.mkdir(mode=0o700)
+        (work / "job.json").write_text(json.dumps({"source": task_source, "filename": task_path or "<task>"}))
+        child = Child.start(["-m", "kernelsmith.workshop.offline.seed_child", "{work}"], "cpu", Limits(),
+                            rw_dir=work)
+        try:
+            outcome = child.wait(time.monotonic() + timeout_s)
+            data = read_child_report(work / "result.json", 4 << 20)  # before `close` (see read_child_report)
+            log = child.log()
+        finally:
+            child.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if data is None:
+        why = ("it ran past its time limit" if outcome.timed_out else "it ran out of memory"
+               if outcome.memory_exceeded else f"it ended without an answer: {' '.join(log.split())[-200:]}")
+        return None, [], f"the seed generator's sandbox failed: {why}"
+    source, patterns = data.get("source"), data.get("patterns")
+    if data.get("ok") is True and isinstance(source, str) and isinstance(patterns, list):
+        return source, [str(p)[:80] for p in patterns[:20]], ""
+    return None, [], str(data.get("reason") or "no reason given")[:2000]
 
 
 def _fenced(source: str, note: str) -> str:
@@ -27,16 +67,9 @@ class OfflineProposer:
     def _seed_program(self) -> str:
         """The first Triton version of the reference (computed once); a clear note when no template fits."""
         if self._seed_text is None:
-            try:
-                from kernelsmith.workshop.offline.seed import SeedUnsupported, generate_seed
-            except ImportError:  # pragma: no cover - the seed generator ships separately
-                self._seed_text = "The offline seed generator is not installed: give --seed-program FILE."
-                return self._seed_text
-            try:
-                result = generate_seed(self.task_source, self.task_path)
-                self._seed_text = _fenced(result.source, f"Seed from templates: {', '.join(result.patterns)}.")
-            except SeedUnsupported as exc:
-                self._seed_text = f"The offline seed generator cannot translate this reference: {exc}"
+            source, patterns, why = sandboxed_seed(self.task_source, self.task_path)
+            self._seed_text = (_fenced(source, f"Seed from templates: {', '.join(patterns)}.") if source else
+                               f"The offline seed generator cannot translate this reference: {why}")
         return self._seed_text
 
     async def propose(self, prompt: Prompt, key: str, context: ProposalContext | None = None) -> Proposal:
