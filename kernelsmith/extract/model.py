@@ -15,9 +15,6 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,33 +132,13 @@ def validate_group(g: Any, lines: dict[int, int]) -> dict[str, Any]:
     return out
 
 
-def read_report(path: Path) -> dict[str, Any] | None:
-    """The worker's JSON report: a regular file (never through a symlink the sandbox made) of bounded size."""
-    from kernelsmith.referee.sandbox import read_child_report
-
-    return read_child_report(path, RESULT_LIMIT)
-
-
 def run_worker(task: Task, opts: ExtractOptions) -> dict[str, Any]:
     """Start the sandboxed worker on `task` and return its report (unvalidated), or `ExtractError`."""
-    from kernelsmith.referee.sandbox import Child, Limits
+    from kernelsmith.referee.sandbox import run_job
 
-    root = Path(tempfile.mkdtemp(prefix="kernelsmith-extract-"))
-    try:
-        work = root / "worker"
-        work.mkdir(mode=0o700)
-        job = {"source": task.source, "filename": str(task.path), "device": opts.device, "top": opts.top}
-        (work / "job.json").write_text(json.dumps(job))
-        child = Child.start(["-m", "kernelsmith.extract.worker", "{work}"], opts.device, Limits(),
-                            gpu=opts.gpu if opts.device == "cuda" else None, rw_dir=work)
-        try:
-            outcome = child.wait(time.monotonic() + opts.timeout_s)
-            data = read_report(work / "result.json")  # before `close`: without bwrap the dir goes with it
-            log = child.log()
-        finally:
-            child.close()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    job = {"source": task.source, "filename": str(task.path), "device": opts.device, "top": opts.top}
+    data, outcome, log = run_job("kernelsmith.extract.worker", job, opts.device, opts.timeout_s, gpu=opts.gpu,
+                                 report_limit=RESULT_LIMIT)
     if data is None:
         tail = " ".join(log.split())[-300:]
         if outcome.timed_out:

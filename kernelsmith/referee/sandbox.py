@@ -960,6 +960,29 @@ def read_child_report(path: Path, limit: int = 64 << 20) -> dict[str, Any] | Non
     return data if isinstance(data, dict) else None
 
 
+def run_job(module: str, job: dict[str, Any], device: str, timeout_s: float, *, limits: Limits | None = None,
+            gpu: int | None = None, report_limit: int = 64 << 20) -> tuple[dict[str, Any] | None, Any, str]:
+    """(report or None, outcome, log): `python -m MODULE WORK_DIR` in a sandbox whose only writable dir holds
+    `job.json`; its `result.json` read back with `read_child_report` before the child and its dir go. For work that
+    runs task or model code outside an evaluation (the offline seed, extract)."""
+    import json
+
+    root = Path(tempfile.mkdtemp(prefix="kernelsmith-job-"))
+    try:
+        work = root / "job"
+        work.mkdir(mode=0o700)
+        (work / "job.json").write_text(json.dumps(job))
+        child = Child.start(["-m", module, "{work}"], device, limits or Limits(),
+                            gpu=gpu if device == "cuda" else None, rw_dir=work)
+        try:
+            outcome = child.wait(time.monotonic() + timeout_s)
+            return read_child_report(work / "result.json", report_limit), outcome, child.log()
+        finally:
+            child.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def zygote_for(device: str, gpu: int | None, limits: Limits) -> Zygote | None:
     """The template for this device and GPU, started on first use; None where candidates cannot be forked
     (not root, no bubblewrap, KERNELSMITH_ZYGOTE=0, or the template failed to start: each candidate then gets

@@ -7,7 +7,6 @@ them exactly like a model's. In "mixed" mode the workshop alternates: model for 
 
 from __future__ import annotations
 
-import json
 import random
 
 from kernelsmith.workshop.prompt import Prompt
@@ -23,28 +22,11 @@ def sandboxed_seed(task_source: str, task_path: str, timeout_s: float = SEED_TIM
                    ) -> tuple[str | None, list[str], str]:
     """(seed source or None, template patterns, why not): `generate_seed` run in a referee sandbox on the CPU,
     since tracing the reference runs the task's code (`seed_child`). Only text comes back."""
-    import shutil
-    import tempfile
-    import time
-    from pathlib import Path
+    from kernelsmith.referee.sandbox import run_job
 
-    from kernelsmith.referee.sandbox import Child, Limits, read_child_report
-
-    root = Path(tempfile.mkdtemp(prefix="kernelsmith-seed-"))
-    try:
-        work = root / "seed"
-        work.mkdir(mode=0o700)
-        (work / "job.json").write_text(json.dumps({"source": task_source, "filename": task_path or "<task>"}))
-        child = Child.start(["-m", "kernelsmith.workshop.offline.seed_child", "{work}"], "cpu", Limits(),
-                            rw_dir=work)
-        try:
-            outcome = child.wait(time.monotonic() + timeout_s)
-            data = read_child_report(work / "result.json", 4 << 20)  # before `close` (see read_child_report)
-            log = child.log()
-        finally:
-            child.close()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    job = {"source": task_source, "filename": task_path or "<task>"}
+    data, outcome, log = run_job("kernelsmith.workshop.offline.seed_child", job, "cpu", timeout_s,
+                                 report_limit=4 << 20)
     if data is None:
         why = ("it ran past its time limit" if outcome.timed_out else "it ran out of memory"
                if outcome.memory_exceeded else f"it ended without an answer: {' '.join(log.split())[-200:]}")
