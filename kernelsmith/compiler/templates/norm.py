@@ -1,0 +1,312 @@
+"""Library kernel: batch, group and instance normalisation (modules and `F.*` forms), training and eval.
+
+All three are one pattern: statistics (mean, biased variance) per *row* of a contiguous (N, C, S) view, then an
+elementwise apply. A row is a channel across the batch for BatchNorm (N segments of S elements, C apart), an
+(n, c) instance for InstanceNorm, an (n, group) slab for GroupNorm. Rows are often few and long (BatchNorm: C
+rows of N*S), so the statistics are a split reduction that fills the GPU: kernel 1 gives each (row, split) a
+chunk and writes its count, mean and M2 (tile means combined with Chan's formula: no catastrophic cancellation
+from sum-of-squares); kernel 2 combines a row's partials the same way and, in BatchNorm training, updates the
+running statistics exactly like torch (momentum, or a cumulative average when momentum is None; unbiased
+variance); kernel 3 normalises and applies the per-channel affine, and bumps `num_batches_tracked`.
+InstanceNorm with `track_running_stats` averages its per-instance statistics over the batch into the running
+buffers (torch's rule) in a small fourth kernel. Everything is read at run time (hidden sizes work); the
+block size and target program count are module-level knobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from kernelsmith.compiler.library import LibraryKernel, NodeInfo, TensorInfo
+from kernelsmith.compiler.templates.conv import bind_args
+
+_SOURCE = '''
+_KS_NORM_BLOCK = 1024
+_KS_NORM_APPLY_BLOCK = 1024
+_KS_NORM_NUM_WARPS = 4
+_ks_norm_programs = 1056
+
+
+@triton.jit
+def _ks_norm_stats_kernel(x_ptr, part_ptr, total, L, row_stride, a_stride, chunk, SPLIT,
+                          BLOCK: tl.constexpr):
+    # (count, mean, M2) of elements [s*chunk, (s+1)*chunk) of row r; element e is at r*row_stride +
+    # (e // L) * a_stride + e % L.
+    r = tl.program_id(0)
+    s = tl.program_id(1)
+    base = r.to(tl.int64) * row_stride
+    start = s.to(tl.int64) * chunk
+    n_acc = 0.0
+    mean_acc = 0.0
+    m2_acc = 0.0
+    for off in range(0, chunk, BLOCK):
+        idx = off + tl.arange(0, BLOCK)
+        e = start + idx
+        ok = (idx < chunk) & (e < total)
+        v = tl.load(x_ptr + base + (e // L) * a_stride + e % L, mask=ok, other=0.0).to(tl.float32)
+        n_b = tl.sum(ok.to(tl.float32), axis=0)
+        mean_b = tl.sum(v, axis=0) / tl.maximum(n_b, 1.0)
+        d = tl.where(ok, v - mean_b, 0.0)
+        m2_b = tl.sum(d * d, axis=0)
+        n_new = n_acc + n_b
+        delta = mean_b - mean_acc
+        frac = n_b / tl.maximum(n_new, 1.0)
+        mean_acc = mean_acc + delta * frac
+        m2_acc = m2_acc + m2_b + delta * delta * n_acc * frac
+        n_acc = n_new
+    p = part_ptr + (r * SPLIT + s) * 3
+    tl.store(p, n_acc)
+    tl.store(p + 1, mean_acc)
+    tl.store(p + 2, m2_acc)
+
+
+@triton.jit
+def _ks_norm_combine_kernel(part_ptr, mean_ptr, var_ptr, rm_ptr, rv_ptr, nbt_ptr, SPLIT, momentum,
+                            UPDATE: tl.constexpr, CUMULATIVE: tl.constexpr, BLOCK_S: tl.constexpr):
+    # One row: combine its partials; in BatchNorm training also move the running statistics.
+    r = tl.program_id(0)
+    j = tl.arange(0, BLOCK_S)
+    ok = j < SPLIT
+    p = part_ptr + (r * SPLIT + j) * 3
+    cnt = tl.load(p, mask=ok, other=0.0)
+    mu = tl.load(p + 1, mask=ok, other=0.0)
+    m2 = tl.load(p + 2, mask=ok, other=0.0)
+    n = tl.sum(cnt, axis=0)
+    mean = tl.sum(cnt * mu, axis=0) / n
+    d = tl.where(ok, mu - mean, 0.0)
+    m2 = tl.sum(m2, axis=0) + tl.sum(cnt * d * d, axis=0)
+    tl.store(mean_ptr + r, mean)
+    tl.store(var_ptr + r, m2 / n)
+    if UPDATE:
+        if CUMULATIVE:
+            f = 1.0 / (tl.load(nbt_ptr).to(tl.float32) + 1.0)
+        else:
+            f = momentum
+        rm = tl.load(rm_ptr + r).to(tl.float32)
+        rv = tl.load(rv_ptr + r).to(tl.float32)
+        tl.store(rm_ptr + r, (1.0 - f) * rm + f * mean)
+        tl.store(rv_ptr + r, (1.0 - f) * rv + f * (m2 / (n - 1.0)))
+
+
+@triton.jit
+def _ks_norm_running_kernel(mean_ptr, var_ptr, rm_ptr, rv_ptr, N, C, count, momentum, BLOCK: tl.constexpr):
+    # InstanceNorm's running statistics: the batch average of the per-instance update (torch's rule).
+    c = tl.program_id(0)
+    sm = tl.zeros((BLOCK,), dtype=tl.float32)
+    sv = tl.zeros((BLOCK,), dtype=tl.float32)
+    for n0 in range(0, N, BLOCK):
+        n = n0 + tl.arange(0, BLOCK)
+        ok = n < N
+        sm += tl.load(mean_ptr + n * C + c, mask=ok, other=0.0)
+        sv += tl.load(var_ptr + n * C + c, mask=ok, other=0.0)
+    mean = tl.sum(sm, axis=0) / N
+    var = tl.sum(sv, axis=0) / N * (count / (count - 1.0))
+    rm = tl.load(rm_ptr + c).to(tl.float32)
+    rv = tl.load(rv_ptr + c).to(tl.float32)
+    tl.store(rm_ptr + c, (1.0 - momentum) * rm + momentum * mean)
+    tl.store(rv_ptr + c, (1.0 - momentum) * rv + momentum * var)
+
+
+@triton.jit
+def _ks_norm_apply_kernel(x_ptr, y_ptr, mean_ptr, var_ptr, w_ptr, b_ptr, nbt_ptr, total, S, C, RDIV, RMOD, eps,
+                          HAS_W: tl.constexpr, HAS_B: tl.constexpr, BUMP: tl.constexpr, BLOCK: tl.constexpr):
+    # y = (x - mean[row]) / sqrt(var[row] + eps) * w[ch] + b[ch], x contiguous (N, C, S).
+    pid = tl.program_id(0)
+    e = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = e < total
+    row = (e // RDIV) % RMOD
+    x = tl.load(x_ptr + e, mask=ok, other=0.0).to(tl.float32)
+    mean = tl.load(mean_ptr + row, mask=ok, other=0.0).to(tl.float32)
+    var = tl.load(var_ptr + row, mask=ok, other=1.0).to(tl.float32)
+    y = (x - mean) / tl.sqrt(var + eps)
+    if HAS_W or HAS_B:
+        ch = (e // S) % C
+        if HAS_W:
+            y = y * tl.load(w_ptr + ch, mask=ok, other=1.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(b_ptr + ch, mask=ok, other=0.0).to(tl.float32)
+    tl.store(y_ptr + e, y.to(y_ptr.dtype.element_ty), mask=ok)
+    if BUMP:
+        if pid == 0:
+            tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)
+
+
+def _ks_norm_stats(x, rows, length, row_stride, a_stride, seg, rm=None, rv=None, nbt=None, momentum=0.0):
+    """Per-row (mean, biased var) in fp32, a split reduction; rows of `length` elements in segments of `seg`."""
+    mean = torch.empty(rows, device=x.device, dtype=torch.float32)
+    var = torch.empty(rows, device=x.device, dtype=torch.float32)
+    block = min(_KS_NORM_BLOCK, triton.next_power_of_2(max(length, 16)))
+    split = max(1, min(triton.cdiv(_ks_norm_programs, rows), triton.cdiv(length, block), 1024))
+    chunk = triton.cdiv(triton.cdiv(length, split), block) * block
+    split = triton.cdiv(length, chunk)
+    part = torch.empty((rows, split, 3), device=x.device, dtype=torch.float32)
+    _ks_norm_stats_kernel[(rows, split)](x, part, length, seg, row_stride, a_stride, chunk, split, BLOCK=block,
+                                         num_warps=_KS_NORM_NUM_WARPS)
+    update = rm is not None
+    cumulative = update and momentum is None
+    _ks_norm_combine_kernel[(rows,)](part, mean, var, rm if update else mean, rv if update else var,
+                                     nbt if cumulative else mean, split, float(momentum or 0.0),
+                                     UPDATE=update, CUMULATIVE=cumulative,
+                                     BLOCK_S=triton.next_power_of_2(split))
+    return mean, var
+
+
+def _ks_norm_apply(x, mean, var, weight, bias, eps, C, S, rdiv, rmod, nbt=None):
+    y = torch.empty_like(x)
+    total = x.numel()
+    block = _KS_NORM_APPLY_BLOCK
+    _ks_norm_apply_kernel[(triton.cdiv(total, block),)](
+        x, y, mean, var, weight if weight is not None else mean, bias if bias is not None else mean,
+        nbt if nbt is not None else mean, total, S, C, rdiv, rmod, float(eps),
+        HAS_W=weight is not None, HAS_B=bias is not None, BUMP=nbt is not None, BLOCK=block,
+        num_warps=_KS_NORM_NUM_WARPS)
+    return y
+
+
+def _ks_norm_check(x, what):
+    if x.dim() < 2:
+        raise ValueError(f"{what}: input of shape {tuple(x.shape)} (expected (N, C, ...))")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"{what}: input dtype {x.dtype}")
+    return x.contiguous(), int(x.shape[0]), int(x.shape[1]), x.numel() // max(int(x.shape[0] * x.shape[1]), 1)
+
+
+def _ks_batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
+                   eps=1e-5, num_batches_tracked=None):
+    """torch's batch norm; `num_batches_tracked` given (a module in training with running stats): it is
+    bumped, and a None momentum means the cumulative average (the module's rule)."""
+    x, N, C, S = _ks_norm_check(x, "batch_norm")
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    if training or running_mean is None or running_var is None:
+        if N * S <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
+        update = training and running_mean is not None and running_var is not None
+        if not update:
+            num_batches_tracked = None
+        elif momentum is None and num_batches_tracked is None:
+            momentum = 0.0
+        mean, var = _ks_norm_stats(x, C, N * S, S, C * S, S, running_mean if update else None,
+                                   running_var if update else None, num_batches_tracked, momentum)
+        return _ks_norm_apply(x, mean, var, weight, bias, eps, C, S, S, C, num_batches_tracked)
+    return _ks_norm_apply(x, running_mean, running_var, weight, bias, eps, C, S, S, C)
+
+
+def _ks_group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    """torch's group norm: statistics per (n, group) over its C/G channels and all positions."""
+    x, N, C, S = _ks_norm_check(x, "group_norm")
+    G = int(num_groups)
+    if C % G:
+        raise ValueError(f"group_norm: {C} channels in {G} groups")
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    length = (C // G) * S
+    mean, var = _ks_norm_stats(x, N * G, length, length, 0, length)
+    return _ks_norm_apply(x, mean, var, weight, bias, eps, C, S, length, N * G)
+
+
+def _ks_instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                      momentum=0.1, eps=1e-5):
+    """torch's instance norm; with running buffers and input statistics, the buffers get the batch average."""
+    x, N, C, S = _ks_norm_check(x, "instance_norm")
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    if not use_input_stats:
+        return _ks_norm_apply(x, running_mean, running_var, weight, bias, eps, C, S, S, C)
+    if S <= 1:
+        raise ValueError(f"Expected more than 1 spatial element when training, got input size {tuple(x.shape)}")
+    mean, var = _ks_norm_stats(x, N * C, S, S, 0, S)
+    if running_mean is not None and running_var is not None:
+        _ks_norm_running_kernel[(C,)](mean, var, running_mean, running_var, N, C, float(S),
+                                      float(momentum or 0.0), BLOCK=min(triton.next_power_of_2(N), 1024))
+    return _ks_norm_apply(x, mean, var, weight, bias, eps, C, S, S, N * C)
+'''
+
+
+def _kernel(launcher: str) -> LibraryKernel:
+    # One source (one paste) with three launchers: the lowering pastes per name, so they share the name "norm".
+    return LibraryKernel(name="norm", source=_SOURCE, launcher=launcher)
+
+
+def _float_input(info: NodeInfo) -> TensorInfo:
+    x = info.values[0] if info.values else None
+    if not isinstance(x, TensorInfo):
+        raise info.refuse(f"{info.key} of a non-tensor")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise info.refuse(f"{info.key} on {x.dtype} (float16/bfloat16/float32 only)")
+    return x
+
+
+def _module_parts(info: NodeInfo) -> tuple[str, str, str]:
+    if info.module is None or info.module_expr is None:
+        raise info.refuse("norm module not available")
+    if len(info.args) != 1 or info.kwargs:
+        raise info.refuse("a norm module called with more than its input")
+    p = info.params
+    return info.module_expr, p.get("weight") or "None", p.get("bias") or "None"
+
+
+def _batch_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
+    x = _float_input(info)
+    m, w, b = _module_parts(info)
+    want = {"nn.BatchNorm1d": (2, 3), "nn.BatchNorm2d": (4,), "nn.BatchNorm3d": (5,)}.get(info.key, ())
+    if want and len(x.shape) not in want:
+        raise info.refuse(f"input of {len(x.shape)} dims")
+    rm = info.params.get("running_mean") or f"{m}.running_mean"
+    rv = info.params.get("running_var") or f"{m}.running_var"
+    # torch: batch statistics in training or without running buffers; the buffers move only in training.
+    nbt = f"({m}.num_batches_tracked if {m}.training and {m}.track_running_stats else None)"
+    return _kernel("_ks_batch_norm"), [info.args[0], rm, rv, w, b, f"{m}.training", f"{m}.momentum",
+                                       f"{m}.eps", nbt]
+
+
+def _group_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
+    _float_input(info)
+    m, w, b = _module_parts(info)
+    return _kernel("_ks_group_norm"), [info.args[0], f"{m}.num_groups", w, b, f"{m}.eps"]
+
+
+def _instance_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
+    x = _float_input(info)
+    m, w, b = _module_parts(info)
+    nd = int(info.key[-2])
+    if len(x.shape) != nd + 2:
+        raise info.refuse(f"input of {len(x.shape)} dims (unbatched instance norm is not supported)")
+    rm = info.params.get("running_mean") or "None"
+    rv = info.params.get("running_var") or "None"
+    use = f"({m}.training or not {m}.track_running_stats)"
+    mom = f"({m}.momentum if {m}.momentum is not None else 0.0)"
+    return _kernel("_ks_instance_norm"), [info.args[0], rm, rv, w, b, use, mom, f"{m}.eps"]
+
+
+_BN_SIG = ("running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+_BN_DEF = {"weight": "None", "bias": "None", "training": "False", "momentum": "0.1", "eps": "1e-05"}
+_GN_SIG = ("num_groups", "weight", "bias", "eps")
+_GN_DEF = {"weight": "None", "bias": "None", "eps": "1e-05"}
+_IN_SIG = ("running_mean", "running_var", "weight", "bias", "use_input_stats", "momentum", "eps")
+_IN_DEF = {"running_mean": "None", "running_var": "None", "weight": "None", "bias": "None",
+           "use_input_stats": "True", "momentum": "0.1", "eps": "1e-05"}
+
+
+def _functional(launcher: str, sig: Sequence[str],
+                defaults: dict[str, str]) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:
+    def entry(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
+        _float_input(info)
+        if "input" in info.kwargs:
+            raise info.refuse("input= given by keyword")
+        a = bind_args(info, sig, defaults, skip=1)
+        return _kernel(launcher), [info.args[0], *(a[n] for n in sig)]
+    return entry
+
+
+ENTRIES: dict[str, Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]] = {
+    "nn.GroupNorm": _group_norm_module,
+    "F.batch_norm": _functional("_ks_batch_norm", _BN_SIG, _BN_DEF),
+    "F.group_norm": _functional("_ks_group_norm", _GN_SIG, _GN_DEF),
+    "F.instance_norm": _functional("_ks_instance_norm", _IN_SIG, _IN_DEF),
+}
+for _d in (1, 2, 3):
+    ENTRIES[f"nn.BatchNorm{_d}d"] = _batch_norm_module
+    ENTRIES[f"nn.InstanceNorm{_d}d"] = _instance_norm_module
