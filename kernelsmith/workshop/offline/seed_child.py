@@ -1,34 +1,12 @@
-"""The offline seed generated in a referee sandbox: tracing the reference runs the task's code, and task code runs
-only in sandboxed children (docs/architecture.md). `python -m kernelsmith.workshop.offline.seed_child WORK_DIR`
-reads `job.json` (the task's source and file name) and writes `result.json` (the seed's source and patterns, or
-why there is none). The orchestrator gets text back: a candidate program, judged by the referee like any other.
-"""
+"""`python -m kernelsmith.workshop.offline.seed_child WORK_DIR`: the sandboxed seed job, now
+`kernelsmith.compiler.child` (this name stays because the offline proposer runs it)."""
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 
-
-def main(work_dir: Path) -> int:
-    job = json.loads((work_dir / "job.json").read_text())
-    try:
-        from kernelsmith.workshop.offline.seed import SeedUnsupported, generate_seed
-
-        result = generate_seed(job["source"], filename=job["filename"])
-        out = {"ok": True, "source": result.source, "patterns": list(result.patterns)}
-    except SeedUnsupported as exc:
-        out = {"ok": False, "reason": str(exc)[:2000]}
-    except Exception as exc:  # noqa: BLE001 - the task's own failure, said in one line
-        out = {"ok": False, "reason": f"{job['filename']}: the task failed while it was traced: "
-                                      f"{type(exc).__name__}: {str(exc)[:500]}"}
-    tmp = work_dir / "result.tmp"
-    tmp.write_text(json.dumps(out))
-    os.replace(tmp, work_dir / "result.json")
-    return 0
-
+from kernelsmith.compiler.child import main
 
 if __name__ == "__main__":
     sys.exit(main(Path(sys.argv[1])))

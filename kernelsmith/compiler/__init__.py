@@ -1,0 +1,116 @@
+"""The offline compiler: translate a KernelBench reference into a first Triton candidate, with no language model.
+
+`generate_seed(task_source, init_inputs, example_inputs)` (passes: `trace` → `lower` → `fuse` →
+`templates` → `emit`) executes the task in a fresh module, builds
+`Model(*init_inputs)` on the meta device (no memory, no compute), traces it with `torch.fx.symbolic_trace` and
+propagates shapes on meta tensors. Every traced node is lowered to a small IR:
+
+- elementwise ops (`ew`): activations, arithmetic with tensors or scalars, casts — nn modules, `F.*`,
+  `torch.*` and tensor methods all map to the same ops;
+- reductions (`red`): sum / mean / max / min / sum-divided-by-(R - correction) over a contiguous block of
+  dims; softmax, log-softmax, logsumexp, var/std, layer norm and RMS norm are lowered to them;
+- matmuls (`mm`): nn.Linear / F.linear (weight read transposed in place), matmul / mm / bmm / `@`, addmm;
+- glue: views, reshapes, permutes, sizes and Python arithmetic on them — left to torch in `forward` (the strict
+  policy allows views, copies and allocation outside kernels).
+
+The IR is fused greedily (each node joins the newest kernel that produced one of its operands when it fits):
+an elementwise chain over one domain → one `elementwise` kernel; reductions with their elementwise prologue
+and epilogue over one (outer, R, inner) geometry → one `reduction` kernel (so residual add → RMS norm, or the
+whole of softmax, is one kernel); a matmul plus the elementwise chain that follows it → one `matmul_epilogue`
+kernel. A graph of several such pieces (an MLP, a pre-norm FFN block) becomes several kernels launched in
+order. Anything else raises `SeedUnsupported` naming the operator.
+
+The candidate's `ModelNew` is a copy of the reference's `Model` class with `forward` replaced, so it creates
+its parameters with the same code in the same order (the referee seeds both constructors alike). Shapes are
+read at run time and every kernel is masked, so hidden inputs of other sizes work. Float attributes that
+forward reads (`x * self.scale`, found by retracing with sentinel values) and nn modules' hyper-parameters
+(eps, slopes, bounds) are read from `self` at run time and passed to the kernels; what Python computes from
+them while tracing (`self.scale * 2`), reduction dims and pow exponents are specialised to the traced values.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelsmith import pyast
+from kernelsmith.compiler.emit import _emit, _forward_signature
+from kernelsmith.compiler.ir import (
+    DEFAULT_PRECISION,
+    POLICIES,
+    PRECISIONS,
+    SeedResult,
+    SeedUnsupported,
+    _at,
+    _counter,
+    _exc_line,
+    _first_line,
+)
+from kernelsmith.compiler.lower import _Lowerer
+from kernelsmith.compiler.trace import _task_inputs, _trace
+from kernelsmith.task import Task, TaskMissingModule, check_imports, load_module
+
+__all__ = ["DEFAULT_PRECISION", "POLICIES", "PRECISIONS", "SeedResult", "SeedUnsupported", "generate_seed",
+           "seed_for_task"]
+
+
+def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: list | None = None, *,
+                  filename: str = "<task>", policy: str = "strict", precision: str | None = None) -> SeedResult:
+    """Translate the task's `Model` into a Triton candidate (see the module docstring).
+
+    `policy`: "strict" (every operator in a generated kernel, else `SeedUnsupported`) or "lenient" (an operator
+    no template covers stays a torch call; at least one Triton kernel still does real work). `precision`: the
+    fp32 matmul's `tl.dot` input precision, "ieee" | "tf32x3" | "tf32" (None: the default, "tf32x3").
+
+    `init_inputs` / `example_inputs` default to the task's own `get_init_inputs()` / `get_inputs()`; a string
+    in `init_inputs`' place is taken as the task's file name (the form `generate_seed(source, path)`).
+    Raises `SeedUnsupported` naming the first operator no template covers."""
+    if isinstance(init_inputs, (str, Path)):
+        filename, init_inputs = str(init_inputs), None
+    if policy not in POLICIES:
+        raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
+    name = f"kernelsmith_seed_task_{next(_counter)}"
+    try:
+        check_imports(pyast.parse(task_source, filename=filename), filename)
+    except SyntaxError as exc:
+        raise SeedUnsupported(f"{filename}:{exc.lineno}: syntax error in the task: {exc.msg}") from None
+    except TaskMissingModule as exc:
+        raise SeedUnsupported(str(exc)) from None
+    try:
+        try:
+            module = load_module(task_source, filename, name)
+        except Exception as exc:
+            raise SeedUnsupported(f"{_at(filename, _exc_line(exc, filename))}the task does not run "
+                                  f"({_first_line(exc)})") from None
+        with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+            torch.manual_seed(0)
+            try:
+                if init_inputs is None:
+                    init_inputs = list(module.get_init_inputs())
+                real = None
+                if example_inputs is None:
+                    example_inputs = _task_inputs(module)
+                    real = module.get_inputs
+            except Exception as exc:
+                raise SeedUnsupported(f"{_at(filename, _exc_line(exc, filename))}get_inputs() or "
+                                      f"get_init_inputs() fails ({_first_line(exc)})") from None
+            gm, model = _trace(module, list(init_inputs), list(example_inputs), real, filename, task_source,
+                              refuse_unknown=policy == "strict")
+        signature, _ = _forward_signature(module.Model)
+    finally:
+        sys.modules.pop(name, None)
+    low = _Lowerer(gm, model, filename, policy)
+    low.run()
+    return _emit(task_source, low, signature, filename, precision or DEFAULT_PRECISION, policy)
+
+
+def seed_for_task(path: str | Path, device: str = "cpu", overrides: dict | None = None, *, policy: str = "strict",
+                  precision: str | None = None) -> SeedResult:
+    """The seed for a task file, with its sizes as the referee would use them on `device`."""
+    task = Task.load(path, overrides=overrides, device=device)
+    return generate_seed(task.source, filename=str(path), policy=policy, precision=precision)
