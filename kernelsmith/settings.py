@@ -14,11 +14,23 @@ import math
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 Device = Literal["cuda", "cpu"]
 Policy = Literal["strict", "lenient"]
 Backend = Literal["triton", "cuda"]  # kernelsmith.backends.BACKEND_NAMES
+# The fp32 matmul/convolution precision: what the compiler generates for fp32 dots and what the baselines (eager,
+# torch.compile) run at, so that a speedup compares like with like. tf32x3 splits each fp32 operand into a tf32
+# high and low part and sums three tf32 products: about fp32's accuracy at a fraction of the cost of "ieee".
+Precision = Literal["ieee", "tf32x3", "tf32"]
+PRECISIONS: dict[str, str] = {"ieee": "fp32 dots in full fp32", "tf32x3": "fp32 dots as 3 tf32 passes",
+                              "tf32": "fp32 dots as 1 tf32 pass (10-bit mantissa operands)"}
+DEFAULT_PRECISION = "tf32x3"
+# How the referee decides that a candidate's numbers are right: "tolerance" is KernelBench's atol/rtol rule;
+# "fp32" also refuses reduced-precision arithmetic on fp32 outputs (judged against a float64 reference).
+Numerics = Literal["tolerance", "fp32"]
+NUMERICS: dict[str, str] = {"tolerance": "KernelBench's atol/rtol rule",
+                            "fp32": "fp32 outputs as accurate as the fp32 reference, judged against float64"}
 DEVICES: tuple[str, ...] = ("cuda", "cpu")
 MAX_SOURCE = 1 << 20  # characters of task or candidate source in one request
 # The timing options a request may set, each with its allowed range: a budget of 1e9 s would hold a GPU alone.
@@ -52,12 +64,24 @@ class EvalSettings(BaseModel):
     require_kernel: bool = Field(True, description="False only for A/A benchmarks: the reference's own code")
     backend: Backend = Field("triton", description="triton, or cuda (CUDA C++ through load_inline)")
     compile_timeout_s: float = Field(240.0, gt=0, le=3600, description="a backend's build step, within timeout_s")
+    precision: Precision = Field(DEFAULT_PRECISION, description="fp32 matmul/conv precision of the generated code "
+                                 "and of the baselines: ieee, tf32x3 or tf32")
+    numerics: Numerics = Field("tolerance", description="tolerance: KernelBench's rule; fp32: also refuse "
+                               "reduced-precision arithmetic on fp32 outputs")
 
     def __init__(self, **data: Any):
         try:
             super().__init__(**data)
         except ValidationError as exc:
             raise SettingsError(describe(exc, type(self).model_fields, model=type(self)), exc) from None
+
+    @field_validator("numerics")
+    @classmethod
+    def _numerics(cls, value: str, info: ValidationInfo) -> str:
+        if value == "fp32" and info.data.get("precision") == "tf32":
+            raise ValueError("numerics fp32 refuses tf32 arithmetic, which precision tf32 asks for: use precision "
+                             "ieee or tf32x3 with it")
+        return value
 
     @field_validator("timing")
     @classmethod

@@ -71,7 +71,7 @@ class _Ruling:
     def __init__(self, opts: EvalOptions, secrets_: list[str]):
         self.opts = opts
         self.secrets = secrets_
-        self.v = Verdict(status=Status.CORRECT, device=opts.device)
+        self.v = Verdict(status=Status.CORRECT, device=opts.device, precision=opts.precision, numerics=opts.numerics)
         self.t0 = self._last = time.monotonic()
         self.hold: LeaseHolder | None = None
 
@@ -390,7 +390,8 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
     session: _Session | None = None
     try:
         ro_files: dict[str, str] = {}
-        config = {"policy": opts.policy, "require_kernel": opts.require_kernel, "backend": opts.backend}
+        config = {"policy": opts.policy, "require_kernel": opts.require_kernel, "backend": opts.backend,
+                  "precision": opts.precision}
         if opts.backend != "triton":
             early = _build(candidate, opts, ruling, deadline, ro_files, config)
             if early is not None:
@@ -405,7 +406,7 @@ def evaluate(task: Task | str | Path, candidate: Candidate | str | Path, opts: E
         ruling.v.timing["judge"] = "kept" if session.judge_reused else "new"
         session.send({"op": "job", "task_source": task.source, "device": opts.device,
                       "tolerance": opts.tolerance, "test_inputs": opts.test_inputs and task.has_test_inputs,
-                      "timing": opts.timing, **seeds})
+                      "timing": opts.timing, "precision": opts.precision, "numerics": opts.numerics, **seeds})
         return _run(ruling, session, deadline)
     finally:
         if ruling.hold is not None:
@@ -533,6 +534,9 @@ def _run(ruling: _Ruling, session: _Session, deadline: float) -> Verdict:
             ruling.phase("correctness")
             v.trials = int(msg["trials"])
             v.max_abs_err, v.max_rel_err = msg["max_abs_err"], msg["max_rel_err"]
+            if isinstance(msg.get("fp64_error"), dict):
+                v.fp64_error = {str(k)[:20]: x for k, x in msg["fp64_error"].items()
+                                if isinstance(x, (int, float, str)) and not isinstance(x, bool)}
             ruling.merge(msg["findings"])
             v.timing["judge_s"] = msg.get("spent", {})
         elif op == "candidate_report" and checked:

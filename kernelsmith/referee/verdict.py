@@ -67,6 +67,13 @@ class Verdict:
     # workshop's scores; a caller tells the task's fault from the candidate's by this field, not by `error`.
     fault: str = ""
     fault_kind: str = ""  # with fault "task": memory, timeout, inputs (not deterministic), error, crash
+    # The numbers' terms: the fp32 matmul/conv precision the evaluation ran at (ieee, tf32x3, tf32; the baselines'
+    # too) and the numerics policy that judged them (tolerance, fp32). "" in verdicts recorded before they existed.
+    precision: str = ""
+    numerics: str = ""
+    # Under numerics "fp32": the judge's worst case of the candidate's normwise error against the float64 reference
+    # beside the fp32 reference's own (candidate, reference, ratio, limit, output, case).
+    fp64_error: dict[str, Any] = field(default_factory=dict)
 
     @property
     def task_fault(self) -> bool:

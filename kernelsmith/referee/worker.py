@@ -52,6 +52,13 @@ CUDA_CRASH_MARKERS = (
     "CUDA_ERROR_ILLEGAL_ADDRESS",
 )
 BOUND_TARGET_MS = 50.0  # the wall-clock bound runs enough calls to last about this long
+# Numerics "fp32": a candidate's normwise error against the float64 reference may be at most FP64_FACTOR times the
+# fp32 reference's own (at least FP64_FLOOR: an exact op's reference has none). Measured on the CPU (torch 2.13,
+# benchmarks in docs): fp32 candidates that sum in another order (blocked K loops, tree or serial reductions,
+# tf32x3 dots, other exp/tanh formulas) stay within 0.3-7x of the reference's error (a serial sum of 65536
+# terms: 31x); fp16- or tf32-rounded operands are 48-4000x, bf16 390-19000x.
+FP64_FACTOR = 16.0
+FP64_FLOOR = 2.0**-23  # fp32's machine epsilon: a few ulps of a different formula stay within 16 of these
 REPORT_LIMIT = 256 << 10  # bytes of JSON a candidate's guard report may take
 
 
@@ -164,6 +171,56 @@ def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+def set_precision(precision: str) -> None:
+    """This process's fp32 matmul/convolution precision for torch's own kernels (the reference, eager and
+    torch.compile baselines): "tf32" lets cuBLAS and cuDNN round fp32 operands to tf32; "ieee" and "tf32x3"
+    (the compiler's 3-pass split, about fp32's accuracy) compare against full-fp32 baselines."""
+    import torch
+
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32  # torch's default is True: convolutions would run in tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+
+
+def _to_fp64(values: list[Any]) -> list[Any]:
+    import torch
+
+    return [v.detach().to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for v in values]
+
+
+def _sci(x: float) -> str:
+    """3.1e-4, not 3.1e-04."""
+    return f"{x:.1e}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def fp64_errors(out: list[Any], ref: list[Any], ref64: list[Any]) -> list[dict[str, float]]:
+    """Per fp32 output: the candidate's and the fp32 reference's normwise error against the float64 reference
+    (||x - ref64|| / ||ref64|| over the elements where both references are finite), and the limit the candidate's
+    must stay within. Outputs of other dtypes are skipped: their precision is the task's own choice."""
+    import torch
+
+    if len(ref64) != len(ref):
+        raise RuntimeError(f"the task in float64 returned {len(ref64)} outputs, in float32 {len(ref)}")
+    found = []
+    for i, (o, r, r64) in enumerate(zip(out, ref, ref64)):
+        if not isinstance(r, torch.Tensor) or r.dtype != torch.float32:
+            continue
+        if not isinstance(r64, torch.Tensor) or tuple(r64.shape) != tuple(r.shape):
+            raise RuntimeError(f"the task in float64 returned output {i} with another shape or type")
+        r64 = r64.to(device=r.device, dtype=torch.float64)
+        keep = torch.isfinite(r64) & torch.isfinite(r)
+        r64, r_d, o_d = r64[keep], r[keep].to(torch.float64), o[keep].to(torch.float64)
+        norm = max(float(torch.linalg.vector_norm(r64)), 1e-300)
+        e_ref = float(torch.linalg.vector_norm(r_d - r64)) / norm
+        e_out = float(torch.linalg.vector_norm(o_d - r64)) / norm
+        limit = FP64_FACTOR * max(e_ref, FP64_FLOOR)
+        found.append({"output": i, "candidate": e_out, "reference": e_ref, "limit": limit,
+                      "ratio": e_out / max(e_ref, FP64_FLOOR)})
+    return found
+
+
 def _link() -> socket.socket:
     return socket.socket(fileno=int(os.environ["KERNELSMITH_FD"]))
 
@@ -213,6 +270,9 @@ class Judge:
         self.ctl, self.link, self.job = ctl, link, job
         self.device = job["device"]
         self.tol = job.get("tolerance")
+        self.precision = str(job.get("precision") or "tf32x3")
+        self.numerics = str(job.get("numerics") or "tolerance")
+        self.model64: Any = None  # numerics "fp32": the task's Model in float64 (same seed, same weights)
         self.spent: dict[str, float] = {}  # seconds per step of the cases, summed (verdict.timing["judge_s"])
         self.ended = False  # the orchestrator already said `end`
 
@@ -266,8 +326,11 @@ class Judge:
         if not _unchanged(first, again):
             raise TaskFault("get_inputs() is not deterministic under torch.manual_seed")
         del first, again
+        set_precision(self.precision)  # the reference, and the judge's own timing of it, at the run's precision
         init = init_inputs(task, self.job["init_seed"], self.device)
         model = _build(task, "Model", task, self.job["init_seed"], self.device, init=list(init))
+        if self.numerics == "fp32":
+            self.model64 = self.build_fp64(task, init)
         self.tell("reference_ready")
         try:
             clock = _Clock(self.spent)
@@ -295,6 +358,40 @@ class Judge:
         except CandidateFault as fault:
             self.tell("candidate_fault", fault=fault.report)
 
+    def build_fp64(self, task: Any, init: list[Any]) -> Any:
+        """The reference model again (same seed and init inputs, so the same weights), cast to float64: what
+        numerics "fp32" measures both the fp32 reference and the candidate against. A task that cannot run in
+        float64 cannot be judged under that policy: the task's failure, said as such."""
+        import torch
+
+        try:
+            return _build(task, "Model", task, self.job["init_seed"], self.device, init=_to_fp64(init)).to(
+                torch.float64)
+        except Exception as exc:
+            raise RuntimeError(f"numerics fp32 needs the task's Model in float64, which failed: "
+                               f"{type(exc).__name__}: {str(exc)[:300]}") from None
+
+    def reference_fp64(self, inputs: list[Any]) -> list[Any]:
+        try:
+            return _flat(self.model64(*_to_fp64(inputs)))
+        except Exception as exc:
+            raise RuntimeError(f"numerics fp32 needs the task's forward in float64, which failed: "
+                               f"{type(exc).__name__}: {str(exc)[:300]}") from None
+
+    def check_fp64(self, res: dict[str, Any], ref64: list[Any], run_name: str) -> None:
+        """Numerics "fp32", on an answer within tolerance: refuse reduced-precision arithmetic (operands rounded
+        to fp16, bf16 or tf32) that the tolerance admits, from errors the judge measured itself."""
+        errors = fp64_errors(res["out"], res["ref"], ref64)
+        if not errors:
+            return
+        worst = max(errors, key=lambda e: e["ratio"])
+        res["fp64"] = {**worst, "case": run_name}
+        if worst["candidate"] > worst["limit"]:
+            res.update(ok=False, finding="reduced_precision", message=(
+                f"reduced precision: error {_sci(worst['candidate'])} vs fp32 reference {_sci(worst['reference'])} "
+                f"(x{worst['ratio']:.0f}; at most x{FP64_FACTOR:g}, floor {_sci(FP64_FLOOR)}) on output "
+                f"{worst['output']} of {run_name}, normwise against the task run in float64"))
+
     def case(self, model: Any, cases: Cases, name: str, run_name: str, poison: int) -> dict[str, Any]:
         """Send one case, run the reference meanwhile, compare the answer on the device."""
         import torch
@@ -313,6 +410,7 @@ class Judge:
         clock("send")
         with torch.no_grad():  # while the candidate works on its copy
             ref = _flat(model(*inputs))
+            ref64 = self.reference_fp64(inputs) if self.model64 is not None else None
         _sync(self.device)
         clock("reference")
         reply = self.answer(header, expect="output")
@@ -343,6 +441,8 @@ class Judge:
             return res
         cmp = compare_outputs(out, ref, self.tol)
         res.update(ok=cmp.ok, cmp=cmp)
+        if cmp.ok and ref64 is not None:
+            self.check_fp64(res, ref64, run_name)
         clock("compare")
         return res
 
@@ -378,6 +478,8 @@ class Judge:
             if cmp is not None:
                 result["max_abs_err"] = max(result["max_abs_err"], _finite(cmp.max_abs_err))
                 result["max_rel_err"] = max(result["max_rel_err"], _finite(cmp.max_rel_err))
+            if "fp64" in res and res["fp64"]["ratio"] >= result.get("fp64_error", {}).get("ratio", -1.0):
+                result["fp64_error"] = res["fp64"]
             if not res["ok"]:
                 if "finding" in res:
                     return _fail(result, res["finding"], res["message"])
@@ -659,16 +761,19 @@ class CandidateRunner:
         self.last_inputs: list[Any] = []
         self.timing_pool: list[list[Any]] = []  # input sets for timing, from the judge
         self.out_sizes: list[int] = []
+        self.precision = "tf32x3"
         self.spent: dict[str, float] = {}  # where this process's time went (reported; informational only)
         if device == "cuda":
             torch.cuda.init()
 
-    def configure(self, policy: str, require_kernel: bool, backend: str) -> None:
+    def configure(self, policy: str, require_kernel: bool, backend: str, precision: str = "tf32x3") -> None:
         from kernelsmith.referee.policy import POLICIES
 
         self.guards.policy = policy if policy in POLICIES else "strict"
         self.guards.require_kernel = bool(require_kernel)
         self.guards.backend = backend
+        self.precision = precision
+        set_precision(precision)  # before the candidate's code: its torch calls run at the run's precision
 
     def fail(self, exc: BaseException) -> None:
         inside = self.guards.launches.depth > 0 or _in_chain(exc, self.guards.launches.failure)
@@ -815,6 +920,7 @@ class CandidateRunner:
         from kernelsmith.task import load_module
 
         task = load_module(msg["task_source"], str(self.cand_path.parent / "task.py"), "kernelsmith_task")
+        set_precision(self.precision)  # again: the reference is timed at the run's precision, whatever was set
         reference = _build(task, "Model", task, msg["init_seed"], "cuda")
         tol, pool = msg.get("tolerance"), self.timing_pool
 
@@ -891,7 +997,7 @@ def run_candidate() -> int:
         runner.cand_path.write_text(str(config.get("source", "")))
     os.environ["KERNELSMITH_CUDA_EXTENSIONS"] = json.dumps(config.get("cuda_extensions", []))
     runner.configure(str(config.get("policy", "strict")), bool(config.get("require_kernel", True)),
-                     str(config.get("backend", "triton")))
+                     str(config.get("backend", "triton")), str(config.get("precision", "tf32x3")))
     if os.environ.get("KERNELSMITH_PROFILE") == "1":
         import cProfile
 
