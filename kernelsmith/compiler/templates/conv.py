@@ -46,7 +46,7 @@ def _ks_conv_kernel(
     sxn, sxc, sxd, sxh, sxw,
     sw0, sw1, swd, swh, sww,
     syn, syc, syd, syh, syw,
-    HAS_BIAS: tl.constexpr, TRANSPOSED: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, TRANSPOSED: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -97,6 +97,9 @@ def _ks_conv_kernel(
         else:
             b_off = co[None, :] * sw0 + ci[:, None] * sw1 + tap[:, None]
         b = tl.load(w_ptr + b_off, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        if UPCAST:  # Triton's interpreter (CPU tensors) computes bf16 tl.dot wrongly: fp32 tiles there
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
     if HAS_BIAS:
         bias = tl.load(b_ptr + co, mask=n_ok, other=0.0).to(tl.float32)
@@ -170,13 +173,15 @@ def _ks_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, ou
     block_k = min(_KS_CONV_BLOCK_K, max(16, triton.next_power_of_2(K)))
     grid = (triton.cdiv(M, block_m), triton.cdiv(cout_g, block_n), groups)
     has_bias = bias is not None
+    upcast = x.dtype == torch.bfloat16 and x.device.type == "cpu"
     _ks_conv_kernel[grid](
         x3, w3, bias if has_bias else w3, y3,
         M, K, D, H, W, OD, OH, OW, KH, KW, KD * KH * KW, cin_g, cout_g,
         *stride, *pad, *dilation,
         *x3.stride(), *w3.stride(), *y3.stride(),
         HAS_BIAS=has_bias, TRANSPOSED=bool(transposed),
-        PRECISION=_ks_conv_precision if x.dtype == torch.float32 else "tf32",
+        PRECISION=_ks_conv_precision if x.dtype == torch.float32 else ("ieee" if upcast else "tf32"),
+        UPCAST=upcast,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
         num_warps=_KS_CONV_NUM_WARPS, num_stages=_KS_CONV_NUM_STAGES,
     )

@@ -1,0 +1,381 @@
+"""Library kernels for the strict policy (issue 17): convolution, pooling, batch/group/instance norm.
+
+Each entry is reached through the public registry (`kernelsmith.compiler.library.registry()`) with the
+`NodeInfo` the lowering would give it; its kernel source is written to a module (with the helpers every
+generated program has), its launcher called with the entry's own argument expressions against a real torch
+module or functional call, and the result compared with torch on the CPU (Triton's interpreter). A generated
+seed using all three families is judged by the real referee under `--policy strict`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from kernelsmith.compiler import SeedUnsupported, generate_seed  # noqa: E402
+from kernelsmith.compiler.library import LibraryKernel, NodeInfo, TensorInfo, registry  # noqa: E402
+from kernelsmith.compiler.templates.common import IMPORTS, JIT_HELPERS, PY_HELPERS  # noqa: E402
+
+_counter = itertools.count()
+
+
+def _load(lib: LibraryKernel, tmp_path: Path) -> dict[str, Any]:
+    """The kernel's source in a module of its own, as a generated program would hold it."""
+    path = tmp_path / f"ks_lib_{lib.name}_{next(_counter)}.py"
+    path.write_text("\n".join(IMPORTS) + "\n" + JIT_HELPERS + PY_HELPERS + lib.source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return vars(mod)
+
+
+def _info(key: str, args: list[str], values: list[Any], module: nn.Module | None = None,
+          kwargs: dict[str, str] | None = None, kwvalues: dict[str, Any] | None = None) -> NodeInfo:
+    params = {}
+    if module is not None:
+        params = {k: None if t is None else f"self.m.{k}"
+                  for k, t in [*module._parameters.items(), *module._buffers.items()]}
+    return NodeInfo(key=key, kind="call_module" if module is not None else "call_function", target=key,
+                    args=tuple(args), kwargs=kwargs or {}, values=tuple(values), kwvalues=kwvalues or {},
+                    out=None, module=module, module_expr="self.m" if module is not None else None,
+                    params=params, training=bool(module is not None and module.training), where=f"task.py:1: {key}")
+
+
+def _tinfo(t: torch.Tensor) -> TensorInfo:
+    return TensorInfo(tuple(t.shape), t.dtype)
+
+
+def _call_module(key: str, mod: nn.Module, x: torch.Tensor, tmp_path: Path) -> torch.Tensor:
+    """The launcher's result for `mod(x)` through the registry entry for `key`."""
+    lib, call_args = registry()[key](_info(key, ["x"], [_tinfo(x)], mod))
+    ns = _load(lib, tmp_path)
+    holder = nn.Module()
+    holder.m = mod
+    return eval(f"{lib.launcher}({', '.join(call_args)})", ns, {"self": holder, "x": x})
+
+
+def _call_function(key: str, tensors: dict[str, torch.Tensor], args: list[str], kwargs: dict[str, str],
+                   tmp_path: Path) -> torch.Tensor:
+    """The launcher's result for `F.<fn>(*args, **kwargs)`, arguments given as expressions over `tensors`."""
+    scope = {"torch": torch, **tensors}
+
+    def value(expr: str) -> Any:
+        v = eval(expr, scope)
+        return _tinfo(v) if isinstance(v, torch.Tensor) else v
+
+    info = _info(key, args, [value(a) for a in args], kwargs=kwargs,
+                 kwvalues={k: value(e) for k, e in kwargs.items()})
+    lib, call_args = registry()[key](info)
+    ns = _load(lib, tmp_path)
+    return eval(f"{lib.launcher}({', '.join(call_args)})", ns, scope)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, tol: float = 1e-4) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape, got.dtype, want.dtype)
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+
+
+# ---------------------------------------------------------------------------------------------- convolution
+
+CONVS = [
+    ("nn.Conv1d", dict(in_channels=3, out_channels=5, kernel_size=3), (2, 3, 11)),
+    ("nn.Conv1d", dict(in_channels=4, out_channels=6, kernel_size=4, stride=3, padding=2, dilation=2, groups=2,
+                       bias=False), (1, 4, 17)),
+    ("nn.Conv2d", dict(in_channels=3, out_channels=8, kernel_size=3, padding=1), (2, 3, 7, 9)),
+    ("nn.Conv2d", dict(in_channels=4, out_channels=6, kernel_size=(2, 3), stride=(2, 1), padding=(1, 2),
+                       dilation=(1, 2), groups=2), (2, 4, 9, 8)),
+    ("nn.Conv2d", dict(in_channels=6, out_channels=6, kernel_size=3, stride=2, groups=6, bias=False),
+     (1, 6, 9, 7)),                                                             # depthwise
+    ("nn.Conv2d", dict(in_channels=3, out_channels=4, kernel_size=(4, 3), padding="same", dilation=2),
+     (2, 3, 6, 7)),                                                             # 'same', even kernel
+    ("nn.Conv2d", dict(in_channels=5, out_channels=20, kernel_size=1), (2, 5, 3, 5)),   # pointwise
+    ("nn.Conv3d", dict(in_channels=2, out_channels=4, kernel_size=(2, 3, 2), stride=(1, 2, 1), padding=1,
+                       dilation=(2, 1, 1)), (2, 2, 5, 6, 4)),
+    ("nn.ConvTranspose1d", dict(in_channels=3, out_channels=4, kernel_size=3, stride=2, padding=1,
+                                output_padding=1, dilation=2), (2, 3, 7)),
+    ("nn.ConvTranspose2d", dict(in_channels=4, out_channels=6, kernel_size=(3, 2), stride=(2, 3),
+                                padding=(1, 0), output_padding=(1, 2), groups=2), (1, 4, 5, 6)),
+    ("nn.ConvTranspose2d", dict(in_channels=3, out_channels=2, kernel_size=4, stride=1, bias=False),
+     (2, 3, 5, 5)),
+    ("nn.ConvTranspose3d", dict(in_channels=4, out_channels=4, kernel_size=3, stride=(2, 1, 2), padding=1,
+                                output_padding=(1, 0, 0), groups=4, dilation=(1, 2, 1)), (1, 4, 3, 4, 3)),
+]
+
+
+@pytest.mark.parametrize("key,kw,shape", CONVS, ids=[f"{c[0]}-{i}" for i, c in enumerate(CONVS)])
+def test_conv_modules_match_torch(key: str, kw: dict, shape: tuple, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    mod = getattr(nn, key[3:])(**kw)
+    x = torch.randn(shape)
+    # fp32 dots in the interpreter are exact; on the GPU the default precision is tf32x3.
+    _close(_call_module(key, mod, x, tmp_path), mod(x).detach())
+
+
+def test_conv_hidden_sizes_and_unbatched(tmp_path: Path) -> None:
+    """Sizes are read at run time: one launcher serves another batch, spatial size and an unbatched input."""
+    torch.manual_seed(1)
+    mod = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+    lib, call_args = registry()["nn.Conv2d"](_info("nn.Conv2d", ["x"], [TensorInfo((2, 3, 8, 8), torch.float32)],
+                                                   mod))
+    ns = _load(lib, tmp_path)
+    holder = nn.Module()
+    holder.m = mod
+    for x in (torch.randn(5, 3, 13, 6), torch.randn(3, 9, 11)):
+        _close(eval(f"{lib.launcher}({', '.join(call_args)})", ns, {"self": holder, "x": x}), mod(x).detach())
+
+
+def test_conv_half_precision(tmp_path: Path) -> None:
+    torch.manual_seed(2)
+    mod = nn.Conv2d(4, 8, 3, padding=1).to(torch.bfloat16)
+    x = torch.randn(2, 4, 6, 6, dtype=torch.bfloat16)
+    _close(_call_module("nn.Conv2d", mod, x, tmp_path), mod(x).detach(), tol=2e-2)
+
+
+@pytest.mark.parametrize("key,args,kwargs,want", [
+    ("F.conv2d", ["x", "w", "b"], {"stride": "2", "padding": "'valid'"},
+     lambda t: F.conv2d(t["x"], t["w"], t["b"], stride=2)),
+    ("F.conv2d", ["x", "w", "None", "1", "(2, 1)", "2"], {},
+     lambda t: F.conv2d(t["x"], t["w"], None, 1, (2, 1), 2)),
+    ("F.conv_transpose2d", ["x", "wt", "None", "2", "1", "1"], {"dilation": "2"},
+     lambda t: F.conv_transpose2d(t["x"], t["wt"], None, 2, 1, 1, dilation=2)),
+])
+def test_conv_functional_forms(key: str, args: list[str], kwargs: dict[str, str], want, tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    t = {"x": torch.randn(2, 4, 7, 6), "w": torch.randn(5, 4, 3, 3), "b": torch.randn(5),
+         "wt": torch.randn(4, 3, 2, 3)}
+    _close(_call_function(key, t, args, kwargs, tmp_path), want(t))
+
+
+def test_conv_epilogue_and_precision() -> None:
+    """The epilogue lines land before the store under a name of their own; the precision is in the dot."""
+    from kernelsmith.compiler.templates.conv import conv_kernel
+
+    lib = conv_kernel("ieee", ["acc = tl.maximum(acc, 0.0)"])
+    assert lib.name != "conv" and lib.launcher in lib.source and "acc = tl.maximum(acc, 0.0)" in lib.source
+    assert '"ieee"' in lib.source and '"tf32x3"' in conv_kernel().source
+    with pytest.raises(SeedUnsupported, match="precision"):
+        conv_kernel("fp8")
+
+
+def test_conv_epilogue_runs(tmp_path: Path) -> None:
+    from kernelsmith.compiler.templates.conv import conv_kernel
+
+    torch.manual_seed(4)
+    x, w, b = torch.randn(2, 3, 6, 5), torch.randn(4, 3, 3, 3), torch.randn(4)
+    ns = _load(conv_kernel("ieee", ["acc = tl.maximum(acc, 0.0) * 2.0"]), tmp_path)
+    got = eval([k for k in ns if k.startswith("_ks_conv_") and k.count("_") == 3][0], ns)(x, w, b, 1, 1, 1, 1)
+    _close(got, torch.relu(F.conv2d(x, w, b, 1, 1)) * 2.0)
+
+
+# -------------------------------------------------------------------------------------------------- pooling
+
+POOLS = [
+    ("nn.MaxPool1d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True), (2, 3, 10)),
+    ("nn.MaxPool2d", dict(kernel_size=3, stride=2, padding=1, dilation=2), (2, 3, 9, 11)),
+    ("nn.MaxPool2d", dict(kernel_size=(2, 3)), (1, 2, 7, 8)),
+    ("nn.MaxPool3d", dict(kernel_size=2, stride=2, padding=1, ceil_mode=True), (1, 2, 5, 6, 3)),
+    ("nn.AvgPool1d", dict(kernel_size=4, stride=3, padding=2, count_include_pad=False), (2, 3, 11)),
+    ("nn.AvgPool2d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True), (2, 3, 8, 9)),
+    ("nn.AvgPool2d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+     (1, 2, 8, 7)),
+    ("nn.AvgPool2d", dict(kernel_size=2, divisor_override=3), (1, 2, 6, 6)),
+    ("nn.AvgPool3d", dict(kernel_size=(2, 3, 2), stride=2, padding=1), (1, 2, 5, 7, 4)),
+    ("nn.AdaptiveAvgPool1d", dict(output_size=4), (2, 3, 10)),
+    ("nn.AdaptiveAvgPool2d", dict(output_size=(3, None)), (2, 3, 7, 5)),
+    ("nn.AdaptiveAvgPool2d", dict(output_size=1), (3, 5, 17, 19)),
+    ("nn.AdaptiveAvgPool3d", dict(output_size=(2, 3, 1)), (1, 2, 5, 7, 4)),
+    ("nn.AdaptiveMaxPool2d", dict(output_size=(4, 3)), (2, 3, 9, 7)),
+    ("nn.AdaptiveMaxPool2d", dict(output_size=(1, 1)), (2, 3, 9, 7)),
+    ("nn.AdaptiveMaxPool1d", dict(output_size=3), (1, 4, 5)),
+]
+
+
+@pytest.mark.parametrize("key,kw,shape", POOLS, ids=[f"{p[0]}-{i}" for i, p in enumerate(POOLS)])
+def test_pool_modules_match_torch(key: str, kw: dict, shape: tuple, tmp_path: Path) -> None:
+    torch.manual_seed(5)
+    mod = getattr(nn, key[3:])(**kw)
+    x = torch.randn(shape)
+    _close(_call_module(key, mod, x, tmp_path), mod(x))
+
+
+def test_pool_max_propagates_nan(tmp_path: Path) -> None:
+    x = torch.randn(1, 2, 6, 6)
+    x[0, 0, 1, 1] = float("nan")
+    for key, mod in (("nn.MaxPool2d", nn.MaxPool2d(2)), ("nn.AdaptiveMaxPool2d", nn.AdaptiveMaxPool2d(1))):
+        got, want = _call_module(key, mod, x, tmp_path), mod(x)
+        assert torch.equal(got.isnan(), want.isnan())
+        _close(got.nan_to_num(), want.nan_to_num())
+
+
+@pytest.mark.parametrize("key,args,kwargs,want", [
+    ("F.max_pool2d", ["x", "3"], {"stride": "1", "padding": "1"}, lambda x: F.max_pool2d(x, 3, 1, 1)),
+    ("F.avg_pool2d", ["x", "(2, 3)", "None", "(1, 1)", "True", "False"], {},
+     lambda x: F.avg_pool2d(x, (2, 3), None, (1, 1), True, False)),
+    ("F.adaptive_avg_pool2d", ["x", "(2, 5)"], {}, lambda x: F.adaptive_avg_pool2d(x, (2, 5))),
+    ("F.adaptive_max_pool2d", ["x"], {"output_size": "1"}, lambda x: F.adaptive_max_pool2d(x, 1)),
+])
+def test_pool_functional_forms(key: str, args: list[str], kwargs: dict[str, str], want, tmp_path: Path) -> None:
+    torch.manual_seed(6)
+    x = torch.randn(2, 3, 7, 9)
+    _close(_call_function(key, {"x": x}, args, kwargs, tmp_path), want(x))
+
+
+# ---------------------------------------------------------------------------------------------------- norms
+
+def _pair(mod: nn.Module) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.normal_()
+        for name, b in mod.named_buffers():
+            if name == "running_var":
+                b.uniform_(0.5, 2.0)
+            elif name == "running_mean":
+                b.normal_()
+    return mod, copy.deepcopy(mod)
+
+
+def _check_state(ref: nn.Module, mine: nn.Module) -> None:
+    for (name, a), (_, b) in zip(ref.named_buffers(), mine.named_buffers()):
+        if a is not None:
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("key,kw,shape", [
+    ("nn.BatchNorm1d", dict(num_features=6), (5, 6)),
+    ("nn.BatchNorm1d", dict(num_features=4, momentum=None), (3, 4, 7)),
+    ("nn.BatchNorm2d", dict(num_features=3, momentum=0.3), (4, 3, 5, 7)),
+    ("nn.BatchNorm2d", dict(num_features=3, affine=False, track_running_stats=False), (2, 3, 4, 4)),
+    ("nn.BatchNorm3d", dict(num_features=2), (2, 2, 3, 4, 5)),
+    ("nn.InstanceNorm1d", dict(num_features=3), (2, 3, 9)),
+    ("nn.InstanceNorm2d", dict(num_features=3, affine=True, track_running_stats=True, momentum=0.2),
+     (2, 3, 5, 6)),
+    ("nn.InstanceNorm3d", dict(num_features=2, affine=True), (2, 2, 3, 4, 3)),
+    ("nn.GroupNorm", dict(num_groups=2, num_channels=6), (2, 6, 5, 3)),
+    ("nn.GroupNorm", dict(num_groups=3, num_channels=3, affine=False, eps=1e-3), (3, 3, 8)),
+])
+def test_norms_train_then_eval(key: str, kw: dict, shape: tuple, tmp_path: Path) -> None:
+    """Two training steps (the running statistics, num_batches_tracked and a None momentum as torch has
+    them), then eval mode on the running statistics."""
+    ref, mine = _pair(getattr(nn, key[3:])(**kw))
+    for step in range(3):
+        if step == 2:
+            ref.eval()
+            mine.eval()
+        x = torch.randn(shape) * 3.0 + 1.5
+        _close(_call_module(key, mine, x, tmp_path), ref(x).detach())
+        _check_state(ref, mine)
+
+
+def test_norm_statistics_are_stable_and_split(tmp_path: Path) -> None:
+    """A large offset and long rows (a split reduction over several programs): no cancellation."""
+    ref, mine = _pair(nn.BatchNorm1d(2))
+    x = torch.randn(3, 2, 3000) + 1000.0
+    _close(_call_module("nn.BatchNorm1d", mine, x, tmp_path), ref(x).detach(), tol=1e-3)
+    _check_state(ref, mine)
+
+
+@pytest.mark.parametrize("key,args,kwargs,want", [
+    ("F.batch_norm", ["x", "rm", "rv", "w", "b", "True", "0.2"], {}, None),
+    ("F.batch_norm", ["x", "rm", "rv"], {"training": "False", "eps": "1e-3"}, None),
+    ("F.group_norm", ["x", "2", "w", "b"], {}, lambda t: F.group_norm(t["x"], 2, t["w"], t["b"])),
+    ("F.instance_norm", ["x"], {"eps": "1e-4"}, lambda t: F.instance_norm(t["x"], eps=1e-4)),
+])
+def test_norm_functional_forms(key: str, args: list[str], kwargs: dict[str, str], want, tmp_path: Path) -> None:
+    torch.manual_seed(8)
+    t = {"x": torch.randn(3, 4, 5, 2), "w": torch.randn(4), "b": torch.randn(4),
+         "rm": torch.randn(4), "rv": torch.rand(4) + 0.5}
+    if want is None:  # batch_norm: torch on copies of the running buffers, compared after
+        ref = {k: v.clone() for k, v in t.items()}
+        scope = {"torch": torch, **ref}
+        want_out = eval(f"torch.nn.functional.batch_norm({', '.join(args + [f'{k}={v}' for k, v in kwargs.items()])})",
+                        scope)
+        _close(_call_function(key, t, args, kwargs, tmp_path), want_out)
+        torch.testing.assert_close(t["rm"], ref["rm"])
+        torch.testing.assert_close(t["rv"], ref["rv"])
+    else:
+        _close(_call_function(key, t, args, kwargs, tmp_path), want(t))
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("key,mod,dtype,why", [
+    ("nn.Conv2d", nn.Conv2d(2, 2, 3, padding=1, padding_mode="reflect"), torch.float32, "padding_mode"),
+    ("nn.MaxPool2d", nn.MaxPool2d(2, return_indices=True), torch.float32, "return_indices"),
+    ("nn.AdaptiveMaxPool2d", nn.AdaptiveMaxPool2d(2, return_indices=True), torch.float32, "return_indices"),
+    ("nn.BatchNorm2d", nn.BatchNorm2d(2), torch.float64, "float64"),
+])
+def test_entries_refuse_clearly(key: str, mod: nn.Module, dtype: torch.dtype, why: str) -> None:
+    info = _info(key, ["x"], [TensorInfo((1, 2, 4, 4), dtype)], mod)
+    with pytest.raises(SeedUnsupported, match=rf"^task\.py:1: .*{why}"):
+        registry()[key](info)
+
+
+def test_functional_unknown_argument_refused() -> None:
+    info = _info("F.max_pool2d", ["x", "2"], [TensorInfo((1, 2, 4, 4), torch.float32), 2],
+                 kwargs={"return_indices": "True"}, kwvalues={"return_indices": True})
+    with pytest.raises(SeedUnsupported, match="return_indices"):
+        registry()["F.max_pool2d"](info)
+
+
+# ------------------------------------------------------------------------------------ a strict seed, judged
+
+_TASK = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.bn = nn.BatchNorm2d(cout)
+        self.pool = nn.MaxPool2d(2)
+        self.gn = nn.GroupNorm(2, cout)
+        self.convt = nn.ConvTranspose2d(cout, cin, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn(self.conv(x))))
+        x = self.convt(self.gn(x) * 2.0)
+        return F.adaptive_avg_pool2d(F.avg_pool2d(x, 2), 1).flatten(1)
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 10, 12)]
+
+
+def get_init_inputs():
+    return [3, 8]
+'''
+
+
+def test_strict_seed_with_library_kernels_is_correct(tmp_path: Path) -> None:
+    """Conv, batch norm, pooling, group norm and a transposed conv in one task: a strict seed (no torch
+    compute outside Triton), judged correct by the referee under the strict policy."""
+    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+
+    task = tmp_path / "task_conv_block.py"
+    task.write_text(_TASK)
+    result = generate_seed(_TASK, filename=str(task), policy="strict")
+    libs = [k.split(":")[0] for k in result.kernels if "library kernel" in k]
+    assert libs == ["_ks_conv", "_ks_batch_norm", "_ks_max_pool", "_ks_group_norm", "_ks_conv", "_ks_avg_pool",
+                    "_ks_adaptive_pool"], result.kernels
+    cand = tmp_path / "seed.py"
+    cand.write_text(result.source)
+    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
+    assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
+    assert v.kernels
