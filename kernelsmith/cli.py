@@ -507,6 +507,90 @@ def extract_command(
     raise typer.Exit(EXIT_CORRECT if complete else EXIT_NOT_CORRECT)
 
 
+@app.command("optimize")
+def optimize_command(
+    model_file: Annotated[Path, typer.Argument(help="A whole model in KernelBench format (Model, get_inputs, "
+                                                    "get_init_inputs), e.g. a KernelBench level-3 file")],
+    run_dir: Annotated[Path, typer.Option(help="The optimize dir: extract/, parts/, optimized.py, the report; "
+                                               "the same command on it again continues")],
+    top: Annotated[int, typer.Option(help="How many parts to evolve, by share of the model's time (1-20)")] = 3,
+    swap: Annotated[str, typer.Option(help="faster: swap in a correct winner whose speedup interval lies above 1; "
+                                           "correct: any correct winner (the CPU, where nothing is timed)")] = "faster",
+    rounds: Annotated[int | None, typer.Option(help="Rounds per part (default 40)")] = None,
+    population: Annotated[int | None, typer.Option(help="Children proposed per round")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name at the OpenAI-compatible endpoint")] = None,
+    proposer: Annotated[str | None, typer.Option(
+        help="auto (model if given, else offline), llm, offline (no model: seed + tuner), mixed")] = None,
+    base_url: Annotated[str | None, typer.Option(help="Endpoint, e.g. http://localhost:8000/v1 (vLLM)")] = None,
+    api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key")] = "OPENAI_API_KEY",
+    device: Annotated[str | None, typer.Option(help="auto (cuda when torch sees a GPU, else cpu), cuda, or cpu")] = None,
+    backend: Annotated[str | None, typer.Option(help="triton, or cuda (CUDA C++ through load_inline)")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML file with any evolve setting; flags override it")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a model constant: NAME=VALUE")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds for the extraction (0 < s <= 86400)")] = 600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print optimize.json (or the error) as JSON")] = False,
+) -> None:
+    """Make MODEL_FILE faster: extract its top parts, evolve each, assemble optimized.py, judge it end to end.
+
+    Exit code 0 when optimized.py has parts swapped in and the referee finds it correct, 1 when no part was
+    swapped in or it is not correct, 2 for bad input (the model's own failure, a DIR started with another model
+    or settings), 130 when interrupted (the same command continues).
+    """
+    import os
+
+    from kernelsmith.optimize import OptimizeError, OptimizeOptions, optimize
+    from kernelsmith.optimize.run import REPORT_MD, markdown
+    from kernelsmith.task import Task, TaskError, parse_overrides
+    from kernelsmith.workshop.config import ConfigError, load_config
+
+    if not 1 <= top <= 20:
+        raise bad_input(f"--top {top}: expected 1 to 20", kind="bad_option", as_json=as_json)
+    if not (0 < timeout <= 86400):  # NaN fails both comparisons
+        raise bad_input(f"--timeout {timeout}: expected seconds in (0, 86400]", kind="bad_option", as_json=as_json)
+    flags: dict = {"rounds": rounds, "population": population, "run_dir": run_dir, "proposer": proposer,
+                   "backend": backend}
+    try:
+        if model:
+            flags["models"] = [{"name": model, "base_url": base_url, "api_key_env": api_key_env}]
+        if set_:
+            flags["overrides"] = parse_overrides(set_)
+        device_note = ""
+        if device is not None:
+            flags["device"], device_note = resolve_device(device)
+        cfg = load_config(config, flags)
+        if "device" not in cfg.model_fields_set:
+            chosen, device_note = resolve_device(None)
+            cfg = cfg.model_copy(update={"device": chosen})
+        Task.load(model_file, cfg.overrides, device=cfg.device)  # every bad input is said before anything runs
+        say_device(device_note)
+        report = optimize(model_file, cfg, OptimizeOptions(top=top, swap=swap, extract_timeout_s=timeout),
+                          say=None if as_json else lambda line: err.print(escape(line), highlight=False,
+                                                                          soft_wrap=True))
+    except KeyboardInterrupt:
+        err.print(f"\ninterrupted; the same command continues the optimize in {escape(str(run_dir))}",
+                  highlight=False, soft_wrap=True)
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)  # the parts' threads stop with the process; their runs resume next time
+    except (ConfigError, TaskError) as exc:
+        raise input_error(exc, as_json) from None
+    except OptimizeError as exc:
+        if exc.kind in ("model_failed", "changed", "bad_input", "bad_option"):
+            raise bad_input(str(exc), file=exc.file, kind=exc.kind, as_json=as_json, hint=exc.hint) from None
+        report_error(str(exc), file=exc.file, kind=exc.kind, as_json=as_json, hint=exc.hint)
+        raise typer.Exit(EXIT_NOT_CORRECT) from None
+    except ValueError as exc:
+        raise bad_input(str(exc), kind="bad_option", as_json=as_json) from None
+    verdict = report.get("verdict") or {}
+    code = EXIT_CORRECT if verdict.get("correct") else EXIT_NOT_CORRECT
+    if as_json:
+        print(json.dumps(report, indent=2))
+        raise typer.Exit(code)
+    out_console = Console(width=None if sys.stdout.isatty() else 200)
+    out_console.print(escape(markdown(report).split("\n\n", 1)[1].rstrip()), highlight=False)
+    out_console.print(f"report: {escape(str(run_dir / REPORT_MD))}", highlight=False)
+    raise typer.Exit(code)
+
+
 @app.command("export")
 def export_command(
     run_dir: Annotated[Path, typer.Argument(help="An evolve run dir (run.db, config.yaml, best.py)")],

@@ -24,6 +24,7 @@ from kernelsmith.extract import spec as S
 from kernelsmith.task import Task, TaskError
 
 RESULT_LIMIT = 64 << 20  # bytes of report read back from the worker
+GRAPH = "graph.json"  # the traced forward as data, for `kernelsmith optimize`
 NAME = re.compile(r"^[a-z0-9_]{1,60}$")
 
 
@@ -129,6 +130,31 @@ def validate_group(g: Any, lines: dict[int, int]) -> dict[str, Any]:
         out["check"], out["standalone"] = _check(g.get("check")), _check(g.get("standalone"))
         if isinstance(g.get("task_ms"), (int, float)) and math.isfinite(g["task_ms"]):
             out["task_ms"] = float(g["task_ms"])
+        if g.get("site") is not None:
+            out["site"] = validate_site(g["site"], name)
+    return out
+
+
+PATH = re.compile(r"^[A-Za-z0-9_]{1,80}(\.[A-Za-z0-9_]{1,80}){0,31}$")
+
+
+def validate_site(v: Any, name: str) -> dict[str, Any]:
+    """Where a task sits in the model's graph (the worker's `site`): variable names and dotted paths only."""
+    if not isinstance(v, dict):
+        raise ValueError(f"group {name}: bad site")
+    out: dict[str, Any] = {}
+    for key in ("nodes", "members", "feeds", "returns"):
+        xs = v.get(key)
+        if not isinstance(xs, list) or len(xs) > S.MAX_NODES or not all(isinstance(x, str) and S.IDENT.match(x)
+                                                                        for x in xs):
+            raise ValueError(f"group {name}: bad site {key}")
+        out[key] = list(xs)
+    for key in ("modules", "tensors"):
+        m = v.get(key)
+        if not isinstance(m, dict) or len(m) > S.MAX_NODES or not all(
+                isinstance(a, str) and S.IDENT.match(a) and isinstance(p, str) and PATH.match(p) for a, p in m.items()):
+            raise ValueError(f"group {name}: bad site {key}")
+        out[key] = dict(m)
     return out
 
 
@@ -198,6 +224,8 @@ def extract(model_file: str | Path, out_dir: str | Path, opts: ExtractOptions) -
             "line": where, "lines": g["lines"],
             "code": source_lines[where - 1].strip()[:160] if where and where <= len(source_lines) else None,
             "ops": g["ops"], "inputs": g["inputs"], "outputs": g["outputs"]}
+        if "site" in g:
+            entry["site"] = g["site"]
         reason = g.get("reason") or _write_task(g, out, rank, task, entry)
         if reason:
             missing.append({**entry, "reason": reason})
@@ -218,6 +246,14 @@ def extract(model_file: str | Path, out_dir: str | Path, opts: ExtractOptions) -
         "versions": {k: _text(v, 40) for k, v in (data.get("versions") or {}).items()
                      if k in ("python", "torch") and isinstance(v, str)},
     }
+    graph = data.get("graph")
+    if isinstance(graph, dict) and isinstance(graph.get("steps"), list):  # data for `optimize`, rendered there
+        (out / ".graph.json.tmp").write_text(json.dumps(graph))
+        os.replace(out / ".graph.json.tmp", out / GRAPH)
+        report["graph"] = GRAPH
+    else:
+        (out / GRAPH).unlink(missing_ok=True)
+        report["graph_note"] = _text(data.get("graph_note") or "the model was not traced by fx")
     tmp = out / ".extract.json.tmp"
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, out / "extract.json")

@@ -830,8 +830,97 @@ def run_fx(model: Any, inputs: list[Any], expected: list[Any], job: dict[str, An
         else:
             entry.update(_finish(b, rank, device, model, [kept[k] for k in b.input_keys],
                                  [kept[n.name] for n in outs], reps))
+            entry["site"] = site(g, b, outs)
         out_groups.append(entry)
-    return {"trace": "fx", "nodes_ms": round(total, 4), "groups": out_groups}
+    found: dict[str, Any] = {"trace": "fx", "nodes_ms": round(total, 4), "groups": out_groups}
+    try:
+        found["graph"] = graph_spec(gm, model, meta)
+    except Unsupported as exc:  # optimize cannot swap parts into this model's forward: it says why
+        found["graph_note"] = str(exc)[:300]
+    return found
+
+
+def site(g: Group, b: SpecBuilder, outs: list[Any]) -> dict[str, Any]:
+    """Where the task sits in the model's graph (`graph_spec`'s variable names), for `kernelsmith optimize`:
+    the nodes it replaces, the graph values that feed its inputs and receive its outputs, and the model's
+    parameters behind the task's own (task state key -> the model's dotted path)."""
+    return {"nodes": [_var(n.name) for n in g.nodes], "members": [_var(n.name) for n in g.members],
+            "feeds": [_var(k) for k in b.input_keys], "returns": [_var(n.name) for n in outs],
+            "modules": dict(b.module_src), "tensors": dict(b.tensor_src)}
+
+
+def graph_spec(gm: Any, model: Any, meta: dict[str, Any]) -> dict[str, Any]:
+    """The whole traced forward as data (`kernelsmith.optimize.assemble` renders it into `ModelNew.forward`):
+    steps over variables named as in `site`, module calls and attributes by their path in the user's model,
+    functions by their public torch / F / operator / math name. `Unsupported` for what cannot be written so (a
+    function outside those namespaces, a tensor fx folded into a constant on a device)."""
+    import inspect
+
+    import torch
+
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var = {n: _var(n.name) for n in gm.graph.nodes}
+
+    def enc(a: Any) -> Any:
+        if isinstance(a, Node):
+            return {"ref": var[a]}
+        if isinstance(a, tuple):
+            return {"tuple": [enc(x) for x in a]}
+        if isinstance(a, list):
+            return [enc(x) for x in a]
+        if isinstance(a, slice):
+            return {"slice": [enc(a.start), enc(a.stop), enc(a.step)]}
+        if isinstance(a, dict):
+            raise Unsupported("the forward passes a dict argument")
+        if isinstance(a, torch.device):
+            raise Unsupported(f"the forward names a device ({a}) as a constant")
+        return encode(a)
+
+    steps: list[dict[str, Any]] = []
+    placeholders = 0
+    for n in gm.graph.nodes:
+        step: dict[str, Any] = {"out": var[n]}
+        if n.op == "placeholder":
+            if placeholders >= len(params) or str(n.target).startswith("*"):
+                raise Unsupported("the forward takes *args or **kwargs")
+            step.update(op="placeholder", target=params[placeholders].name)
+            if n.args:
+                step["default"] = enc(n.args[0])
+            placeholders += 1
+        elif n.op == "get_attr":
+            try:
+                value = _attr(model, n.target)
+            except AttributeError:  # a tensor fx made a constant of (`torch.zeros(2)` in forward)
+                value = _attr(gm, n.target)
+                if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+                    raise Unsupported(f"the forward folds {n.target} into a constant fx cannot name") from None
+                step.update(op="tensor", tensor=tensor_spec(value.detach(), "constant"))
+                steps.append(step)
+                continue
+            step.update(op="attr", target=n.target)
+        elif n.op == "call_module":
+            step.update(op="module", target=n.target)
+        elif n.op == "call_method":
+            step.update(op="method", target=str(n.target))
+        elif n.op == "call_function":
+            if not n.users and getattr(n.target, "__module__", "").startswith("torch.fx"):
+                continue  # fx's own guards (`_assert_is_none` for a specialised default)
+            ns, fname = function_name(n.target)
+            step.update(op="function", target=f"{ns}.{fname}")
+        elif n.op == "output":
+            step.update(op="output")
+        else:
+            raise Unsupported(f"node {n.name} ({n.op})")
+        step["args"] = [enc(a) for a in n.args]
+        step["kwargs"] = {k: enc(v) for k, v in n.kwargs.items() if not k.startswith("_")}
+        if step.get("op") == "placeholder":
+            step["args"], step["kwargs"] = [], {}
+        steps.append(step)
+    if len(steps) > 20000:
+        raise Unsupported(f"the forward has {len(steps)} steps")
+    return {"steps": steps, "tensor_values": {var[n]: bool(meta.get(n.name, {}).get("tensor"))
+                                              for n in gm.graph.nodes}}
 
 
 def _finish(b: SpecBuilder, rank: int, device: str, real: Any, feeds: list[Any], expected: list[Any],
