@@ -332,7 +332,6 @@ def plan(graph: dict[str, Any], parts: list[Part]) -> tuple[list[Any], dict[int,
         raise AssembleError("graph.json: bad or repeated step names")
     index = {o: i for i, o in enumerate(out_names)}
     by_name = dict(zip(out_names, steps))
-    tensor_values = graph.get("tensor_values") or {}
     skipped: dict[int, str] = {}
     live = [p for p in parts]
     while True:
@@ -348,10 +347,9 @@ def plan(graph: dict[str, Any], parts: list[Part]) -> tuple[list[Any], dict[int,
             needed: set[str] = set()
             for n in p.site["members"]:
                 needed |= _step_refs(by_name[n]) - inside
+            # the rest (sizes, the model's own tensors by attribute) is passed to the original ops; the winner
+            # has them baked in or bound
             consts = sorted((x for x in needed if x not in p.site["feeds"]), key=index.__getitem__)
-            if any(tensor_values.get(c) for c in consts):
-                bad = (p, f"it takes the tensor {consts[0]} from outside its inputs")
-                break
             p.deps = list(p.site["feeds"]) + consts
             items.append((max((index[d] for d in p.deps), default=-1) + 0.5, p))
         if bad is None:

@@ -80,9 +80,9 @@ def check_request(run_dir: Path, new: dict[str, Any]) -> dict[str, Any]:
         raise OptimizeError(f"{new['model_file']}: the model file changed since {run_dir} was started (it was "
                             f"{old.get('model_file')}, sha256 {str(old.get('model_sha256'))[:12]}…); choose a new "
                             "--run-dir", new["model_file"], "changed")
-    diffs = [f"{k} was {old.get(k)!r}, now {new[k]!r}" for k in ("overrides", "device", "top", "swap")
+    diffs = [f"{k} was {old.get(k)!r}, now {new[k]!r}" for k in ("overrides", "device", "top")
              if old.get(k) != new[k]]
-    changed: dict[str, Any] = {}
+    changed: dict[str, Any] = {}  # --swap may change: it only chooses among the same winners
     for k, v in new["evolve"].items():
         was = (old.get("evolve") or {}).get(k)
         if was != v:
@@ -126,7 +126,7 @@ def optimize(model_file: str | Path, config: RunConfig, opts: OptimizeOptions,
     try:
         if not (run_dir / REQUEST).exists():
             _write_json(run_dir / REQUEST, request)
-        elif changed:
+        elif changed or json.loads((run_dir / REQUEST).read_text()).get("swap") != opts.swap:
             _write_json(run_dir / REQUEST, request)
         return _optimize_locked(task, config, opts, run_dir, changed, say)
     finally:
@@ -356,10 +356,10 @@ def _optimize_locked(task: Task, config: RunConfig, opts: OptimizeOptions, run_d
             for key in ("before_ms", "after_ms"):
                 if key in m:
                     row[f"measured_{key}"] = m[key]
-            if measured.get("ok") and m.get("after_ms") is not None and measured.get("new_ms"):
-                row["share_after"] = round(m["after_ms"] / max(measured["new_ms"], 1e-9), 6)
-            if measured.get("ok") and m.get("before_ms") is not None and measured.get("model_ms"):
-                row["share_before_measured"] = round(m["before_ms"] / max(measured["model_ms"], 1e-9), 6)
+            if "after_share" in m:
+                row["share_after"] = m["after_share"]
+            if "before_share" in m:
+                row["share_before_measured"] = m["before_share"]
         if measured.get("ok"):
             report["measured"] = {k: measured.get(k) for k in ("model_ms", "new_ms", "reps")}
         else:

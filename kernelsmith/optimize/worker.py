@@ -98,10 +98,19 @@ def run(job: dict[str, Any], work: Path) -> dict[str, Any]:
                             ("after", [p if i in good else None for i, p in enumerate(built)])):
         new.__dict__["_ks_parts"] = parts_on
         times.clear()
+        whole = []
         for _ in range(reps):
+            _sync(device)
+            t0 = time.perf_counter()
             new(*inputs)
+            _sync(device)
+            whole.append((time.perf_counter() - t0) * 1e3)
+        total = statistics.median(whole)  # a share is of the same runs' time, as extract's node shares are
+        result[f"{state}_total_ms"] = round(total, 4)
         for k, ts in times.items():
-            parts.setdefault(str(k), {})[f"{state}_ms"] = round(statistics.median(ts), 4)
+            ms = statistics.median(ts)
+            parts.setdefault(str(k), {}).update({f"{state}_ms": round(ms, 4),
+                                                 f"{state}_share": round(min(1.0, ms / max(total, 1e-9)), 6)})
     del new.__dict__["_ks_call"]
     new.__dict__["_ks_parts"] = [p if i in good else None for i, p in enumerate(built)]
     result["new_ms"] = round(_median_ms(lambda: new(*inputs), reps, device), 4)
