@@ -8,6 +8,7 @@ to files and parsed here, never executed: the package's own test file runs them.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import shutil
 import time
@@ -38,7 +39,7 @@ class ExportError(ValueError):
 class ExportSource:
     """What a package is made of, whatever kind of dir it came from."""
 
-    kind: str  # "run" (an evolve run dir); "optimize" to come
+    kind: str  # "run" (an evolve run dir) or "optimize" (an optimize dir: the assembled model)
     source_dir: str
     task: str  # the task's name
     task_file: str
@@ -50,6 +51,7 @@ class ExportSource:
     hardware: dict[str, Any]  # torch, triton, python, name (the GPU's)
     verdict: dict[str, Any] = field(default_factory=dict)
     has_test_inputs: bool = False
+    parts: list[dict[str, Any]] = field(default_factory=list)  # an optimize dir's parts, as its report has them
 
 
 def source_from_run(run_dir: str | Path) -> ExportSource:
@@ -94,12 +96,74 @@ def source_from_run(run_dir: str | Path) -> ExportSource:
                         verdict=dict(record.verdict or {}), has_test_inputs=task.has_test_inputs)
 
 
+def source_from_optimize(opt_dir: str | Path) -> ExportSource:
+    """The assembled model of an optimize dir (`optimized.py`, judged by the referee), with the model it was
+    made from. ExportError when no part was swapped in or the referee did not find it correct."""
+    from kernelsmith.task import Task, TaskError
+    from kernelsmith.workshop.record import RunReader
+    from kernelsmith.workshop.store import StoreError
+
+    opt_dir = Path(opt_dir)
+    try:
+        report = json.loads((opt_dir / "optimize.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"{opt_dir}: the optimize has not finished (no readable optimize.json: {exc}); re-run "
+                          "kernelsmith optimize on it", opt_dir, "not_a_run") from None
+    verdict = report.get("verdict") or {}
+    if not report.get("swapped") or not verdict.get("correct"):
+        why = "no part was swapped in" if not report.get("swapped") else \
+            f"the referee found optimized.py {verdict.get('status')}"
+        raise ExportError(f"{opt_dir}: nothing to export ({why})", opt_dir, "no_correct")
+    try:
+        program = (opt_dir / "optimized.py").read_text()
+    except OSError as exc:
+        raise ExportError(f"{opt_dir / 'optimized.py'}: cannot read: {exc.strerror}", opt_dir, "not_a_run") from None
+    if hashlib.sha256(program.encode()).hexdigest() != verdict.get("optimized_sha256"):
+        raise ExportError(f"{opt_dir / 'optimized.py'}: not the file the referee judged (edited since); re-run "
+                          "kernelsmith optimize on it", opt_dir, "not_a_run")
+    device = str(report.get("device") or "cuda")
+    try:
+        task = Task.load(report["model"], dict(report.get("overrides") or {}), device=device)
+    except TaskError as exc:
+        raise ExportError(f"{exc} (the model of optimize dir {opt_dir})", report["model"],
+                          getattr(exc, "kind", "bad_input")) from None
+    hardware: dict[str, Any] = {}
+    for row in report.get("parts", []):
+        if row.get("swapped") and row.get("run_dir"):
+            try:
+                with RunReader(opt_dir / row["run_dir"]) as reader:
+                    hardware = dict(reader.counters().get("hardware") or {})
+            except StoreError:
+                continue
+            break
+    swapped = [r["name"] for r in report.get("parts", []) if r.get("swapped")]
+    return ExportSource(kind="optimize", source_dir=str(opt_dir), task=task.name, task_file=str(task.path),
+                        task_source=task.source, overrides=dict(task.overrides), program=", ".join(swapped),
+                        program_source=program, device=device, hardware=hardware, verdict=dict(verdict),
+                        has_test_inputs=task.has_test_inputs, parts=list(report.get("parts", [])))
+
+
 def export(source_dir: str | Path, out: str | Path) -> dict[str, Any]:
-    """Export `source_dir` (an evolve run dir) to the package dir `out`; returns the manifest."""
+    """Export `source_dir` (an evolve run dir or an optimize dir) to the package dir `out`; returns the
+    manifest."""
     source_dir = Path(source_dir)
     if not source_dir.is_dir():
         raise ExportError(f"{source_dir}: not a directory", source_dir, "not_a_run")
+    if (source_dir / "request.json").is_file() and (source_dir / "extract").is_dir():
+        return write_package(source_from_optimize(source_dir), out)
     return write_package(source_from_run(source_dir), out)
+
+
+def parts_table(src: ExportSource) -> str:
+    """The optimize report's parts: share of the model's time before and after, the part's speedup, swapped."""
+    rows = ["| part | line | share before | share after | part speedup | swapped |", "|---|---|---|---|---|---|"]
+    for r in src.parts:
+        pct = [f"{100 * r[k]:.1f}%" if isinstance(r.get(k), (int, float)) else "—"
+               for k in ("share_before", "share_after")]
+        sp = f"{r['speedup']:.3f}×" if isinstance(r.get("speedup"), (int, float)) else "—"
+        rows.append(f"| {r.get('name')} | {r.get('line') or '—'} | {pct[0]} | {pct[1]} | {sp} | "
+                    f"{'yes' if r.get('swapped') else 'no'} |")
+    return "\n".join(rows)
 
 
 def check_out_dir(out: Path) -> list[Path]:
@@ -154,7 +218,9 @@ def speedup_text(src: ExportSource) -> str:
         return ("not measured (a CPU run: Triton's interpreter checks correctness only)" if src.device == "cpu"
                 else "not measured")
     interval = f" (95% interval {ci[0]:.3f}–{ci[1]:.3f})" if ci and len(ci) == 2 else ""
-    return f"{speedup:.3f}× vs the PyTorch reference{interval}"
+    vs_compile = src.verdict.get("speedup_vs_compile")
+    compiled = f"; {vs_compile:.3f}× vs torch.compile" if isinstance(vs_compile, (int, float)) else ""
+    return f"{speedup:.3f}× vs the PyTorch reference{interval}{compiled}"
 
 
 def _tolerances() -> tuple[str, float]:
@@ -172,9 +238,11 @@ def render(src: ExportSource, package: str) -> dict[str, str]:
     tolerances, default = _tolerances()
     hw = src.hardware
     overrides = ", " + ", ".join(f"{k}={v!r}" for k, v in src.overrides.items()) if src.overrides else ""
-    readme = templates.README.format(
+    optimize = src.kind == "optimize"
+    readme = (templates.README_OPTIMIZE if optimize else templates.README).format(
         package=package, task=src.task, task_file=src.task_file, overrides=overrides, program=src.program,
-        origin=f"the best correct program of {src.kind} dir `{src.source_dir}`",
+        origin=f"the assembled model of optimize dir `{src.source_dir}`" if src.kind == "optimize" else
+        f"the best correct program of {src.kind} dir `{src.source_dir}`",
         device=src.verdict.get("device") or src.device,
         gpu=hw.get("name") if src.device == "cuda" else f"none ({hw.get('name') or 'cpu'})",
         torch=hw.get("torch") or "—", triton=hw.get("triton") or "—", python=hw.get("python") or "—",
@@ -182,13 +250,14 @@ def render(src: ExportSource, package: str) -> dict[str, str]:
         max_rel_err=_fmt(src.verdict.get("max_rel_err")), trials=_fmt(src.verdict.get("trials")),
         seeds=", ".join(map(str, SEEDS)),
         test_inputs_note=", `get_test_inputs()`" if src.has_test_inputs else "",
-        hidden_note=" and the task's hidden shapes (`get_test_inputs()`)" if src.has_test_inputs else "")
+        hidden_note=" and the task's hidden shapes (`get_test_inputs()`)" if src.has_test_inputs else "",
+        parts_table=parts_table(src) if optimize else "")
     return {
-        "__init__.py": templates.INIT.format(title=package, task=src.task),
+        "__init__.py": (templates.INIT_OPTIMIZE if optimize else templates.INIT).format(title=package, task=src.task),
         "kernels.py": src.program_source,
         "reference.py": src.task_source,
         "test_package.py": templates.TEST.format(tolerances=tolerances, default_tolerance=default,
-                                                 seeds=list(SEEDS)),
+                                                 seeds=list(SEEDS), in_place=optimize),
         "README.md": readme,
     }
 
@@ -204,7 +273,8 @@ def write_package(src: ExportSource, out: str | Path) -> dict[str, Any]:
         ast.parse(files[name], filename=str(out / name))  # our own templates: a failure here is a bug
     manifest = {
         "kernelsmith_export": FORMAT, "package": out.name, "files": list(FILES), "exported_at": time.time(),
-        "source": {k: v for k, v in asdict(src).items() if k not in ("task_source", "program_source", "verdict")},
+        "source": {k: v for k, v in asdict(src).items()
+                   if k not in ("task_source", "program_source", "verdict", "parts")},
         "speedup": src.verdict.get("speedup"), "speedup_ci": src.verdict.get("speedup_ci"),
         "speedup_text": speedup_text(src),
     }

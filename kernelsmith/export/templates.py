@@ -75,6 +75,7 @@ DEFAULT_TOLERANCE = {default_tolerance!r}
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 SEEDS = {seeds!r}
 INIT_SEED = 42
+IN_PLACE = {in_place!r}
 
 
 def seed_all(seed: int) -> None:
@@ -95,11 +96,16 @@ def tensors(out: Any) -> list[torch.Tensor]:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def models() -> tuple[torch.nn.Module, torch.nn.Module]:
+def build() -> torch.nn.Module:
     seed_all(INIT_SEED)
     with torch.device(DEVICE):
-        model = Model(*get_init_inputs())
-    return model.eval(), apply(model).eval()
+        return Model(*get_init_inputs())
+
+
+def models() -> tuple[torch.nn.Module, torch.nn.Module]:
+    model = build()
+    # apply() switches the model it is given in place (an optimize package): it gets a twin, same seed
+    return model.eval(), apply(build() if IN_PLACE else model).eval()
 
 
 def check(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> None:
@@ -198,5 +204,107 @@ parameters and buffers differ it raises `StateMismatch` naming them. The kernels
 - `test_package.py`: `ModelNew` against `Model` on fresh random inputs (seeds {seeds}){hidden_note}, with the
   referee's tolerances: `python -m pytest {package}` (from the folder holding `{package}`; without a GPU it runs
   through Triton's interpreter)
+- `export.json`: where this came from
+'''
+
+INIT_OPTIMIZE = '''"""{title}: {task!r} with the parts kernelsmith evolved swapped in (`kernelsmith optimize`).
+
+`apply(model)` switches your model instance to `ModelNew` in place: its forward runs the winning Triton kernels
+for the swapped parts, bound to the model's own parameters and buffers (nothing copied), and the model's own
+ops everywhere else. Without a GPU the kernels run through Triton's interpreter (TRITON_INTERPRET=1 is set on
+import when torch sees no GPU): correct, not fast.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+if not torch.cuda.is_available():  # Triton reads this when the kernels are defined, below
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from . import reference  # noqa: E402
+from .kernels import ModelNew  # noqa: E402
+from .reference import Model, get_init_inputs, get_inputs  # noqa: E402
+
+__all__ = ["Model", "ModelNew", "apply", "get_init_inputs", "get_inputs", "reference"]
+
+
+class StateMismatch(ValueError):
+    """The model given to `apply` is not the model this package was made for (its parameters and buffers
+    differ by name or shape, or a swapped part finds no tensor of its own shape)."""
+
+
+def apply(model: torch.nn.Module, init_inputs: Sequence[Any] | None = None) -> torch.nn.Module:
+    """Switch `model` to `ModelNew` in place and return it. Its parameters and buffers are checked against the
+    model this package was made for, built on the meta device from `init_inputs` (default: the task's
+    `get_init_inputs()`); `StateMismatch` names what differs, and `model` is left as it was."""
+    args = list(get_init_inputs() if init_inputs is None else init_inputs)
+    with torch.device("meta"):
+        expected = Model(*args).state_dict()
+    state = model.state_dict()
+    missing = sorted(k for k in expected if k not in state)
+    unexpected = sorted(k for k in state if k not in expected)
+    if missing or unexpected:
+        raise StateMismatch(f"{{type(model).__name__}}'s state does not match the model's: missing keys "
+                            f"{{missing or 'none'}}, unexpected keys {{unexpected or 'none'}}")
+    shapes = [f"{{k}}: {{tuple(state[k].shape)}} vs {{tuple(v.shape)}}" for k, v in expected.items()
+              if tuple(v.shape) != tuple(state[k].shape)]
+    if shapes:
+        raise StateMismatch(f"{{type(model).__name__}}'s shapes do not match the model's: " + "; ".join(shapes))
+    before = model.__class__
+    model.__class__ = ModelNew
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model._ks_attach()
+    failed = [str(w.message) for w in caught if "kernelsmith: part" in str(w.message)]
+    if failed:
+        model.__class__ = before
+        model.__dict__.pop("_ks_parts", None)
+        raise StateMismatch("; ".join(failed))
+    return model
+'''
+
+README_OPTIMIZE = '''# {package}: {task}
+
+`{task}` with the parts `kernelsmith optimize` evolved swapped in, exported as a drop-in package. It needs
+only torch and triton (kernelsmith is not imported).
+
+| | |
+|---|---|
+| model | `{task}` (`{task_file}`{overrides}) |
+| parts swapped in | {program} ({origin}) |
+| device | {device} |
+| GPU | {gpu} |
+| versions | torch {torch}, triton {triton}, python {python} |
+| speedup (whole model) | {speedup} |
+| accuracy | max abs err {max_abs_err}, max rel err {max_rel_err} (referee, lenient policy) |
+
+{parts_table}
+
+## Use
+
+```python
+from {package} import Model, apply, get_init_inputs
+
+model = Model(*get_init_inputs())        # or your own instance, weights loaded
+apply(model)                             # switched in place: the swapped parts run the Triton kernels
+```
+
+`apply(model)` checks the names and shapes of the model's parameters and buffers against the model this package
+was made for (`StateMismatch` names what differs), switches its class to `ModelNew` and binds each swapped part
+to the model's own tensors: nothing is copied, and later weight loads, `.to()` or `.half()` are followed. The
+kernels were verified at the shapes in `reference.py`.
+
+## Files
+
+- `kernels.py`: `optimized.py` — the model's file, the winning kernels of each part, and `ModelNew`
+- `reference.py`: the model: `Model`, `get_inputs()`, `get_init_inputs()`{test_inputs_note}
+- `test_package.py`: `ModelNew` against `Model` on fresh random inputs (seeds {seeds}){hidden_note}, with the
+  referee's tolerances: `python -m pytest {package}` (from the folder holding `{package}`)
 - `export.json`: where this came from
 '''
