@@ -428,9 +428,10 @@ class CudaBackend:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def knobs(self, source: str) -> list[Any]:
-        from kernelsmith.workshop.offline.mutate import knobs
+        """The launch knobs the offline tuner moves: thread-block sizes in the CUDA source strings."""
+        from kernelsmith.workshop.offline.mutate import cuda_knobs
 
-        return knobs(source)
+        return cuda_knobs(source)
 
 
 # ----------------------------------------------------------------------------------------------- candidate child

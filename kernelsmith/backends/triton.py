@@ -25,6 +25,8 @@ class TritonBackend:
         return BuildResult(ok=True)
 
     def knobs(self, source: str) -> list[Any]:
-        from kernelsmith.workshop.offline.mutate import knobs
+        """The launch knobs the offline tuner moves: block sizes, GROUP, num_warps, num_stages (static analysis,
+        nothing runs)."""
+        from kernelsmith.workshop.offline.mutate import triton_knobs
 
-        return knobs(source)
+        return triton_knobs(source)

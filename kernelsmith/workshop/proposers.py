@@ -10,11 +10,15 @@ a replay asks nothing at all.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from kernelsmith.workshop.config import RunConfig
+from kernelsmith.workshop.offline.proposer import MixedProposer, OfflineProposer
 from kernelsmith.workshop.prompt import Prompt
+from kernelsmith.workshop.proposal import Proposal, ProposalContext, Proposer, charge
+
+__all__ = ["CachedProposer", "LLMProposer", "Proposal", "ProposalContext", "Proposer", "ProposerUnavailable",
+           "ReplayMiss", "RunDiverged", "charge", "make_proposer"]
 
 
 class ProposerUnavailable(RuntimeError):
@@ -27,48 +31,6 @@ class RunDiverged(RuntimeError):
 
 class ReplayMiss(RunDiverged):
     """A replay met a child the recorded run never answered, or whose prompt differs from the recorded one."""
-
-
-@dataclass(frozen=True)
-class ProposalContext:
-    """What a proposer that does not read prompts (the offline tuner) needs: the parent and where it stands."""
-
-    parent_code: str | None
-    round: int
-    island: int
-    index: int
-
-
-@dataclass(frozen=True)
-class Proposal:
-    text: str
-    model: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    cached: bool = False  # taken from a record, not asked now
-    spent: bool = True  # this run paid for it (False for a replay's answers)
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "model": self.model, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "cost_usd": self.cost_usd}
-
-
-class Proposer(Protocol):
-    async def propose(self, prompt: Prompt, key: str, context: ProposalContext | None = None) -> Proposal: ...
-
-    async def aclose(self) -> None: ...
-
-
-def charge(proposer: Any, tokens: int, cost_usd: float) -> None:
-    """Count spending done before this process (a resumed run's) against the proposer's budget, if it has one."""
-    fn = getattr(proposer, "charge", None)
-    if fn is not None and (tokens or cost_usd):
-        fn(tokens, cost_usd)
 
 
 class LLMProposer:
@@ -164,7 +126,6 @@ def make_proposer(config: RunConfig, task_source: str = "", task_path: str = "")
             "Ollama), or a config file with `models:`")
     if kind == "llm":
         return LLMProposer(config)
-    from kernelsmith.workshop.offline.proposer import MixedProposer, OfflineProposer
-
-    tuner = OfflineProposer(task_source, task_path, config.seed)
+    tuner = OfflineProposer(task_source, task_path, config.seed, policy=config.policy,
+                            precision=getattr(config, "precision", None), backend=config.backend)
     return tuner if kind == "offline" else MixedProposer(LLMProposer(config), tuner)

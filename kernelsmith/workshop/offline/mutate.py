@@ -1,4 +1,7 @@
-"""Mutate a Triton candidate without a model: find its tunable integer knobs statically and move them.
+"""Launch knobs without a model: find a candidate's tunable integer literals statically and move them.
+
+The one implementation of knob discovery; the backends expose it (`Backend.knobs`: Triton launches from
+`triton_knobs`, CUDA thread counts from `cuda_knobs`), and the tuner (`tune.py`) asks the run's backend.
 
 The program is read with `ast` and never executed. A *knob* is one integer literal in the source that sets a
 launch parameter, found in these places (only inside the EVOLVE-BLOCK when the file has markers, never inside
@@ -21,11 +24,13 @@ Safety: a block constexpr whose kernel neither loops over it (`range(..., BLOCK)
 depends on it must cover its whole extent in one program (a single-block row kernel). Its knobs may only
 grow: shrinking `min(next_power_of_2(n_cols), 4096)` would silently drop columns.
 
-API:
-    knobs(source) -> list[Knob]                      what can be tuned, current and allowed values
-    mutate(source, rng, n_changes=1) -> Mutation     n distinct random moves; NothingToMutate if none
-    set_knobs(source, {name: value}) -> str          set knobs by name (text edits at the literals)
-    sweep(source, name, values=None) -> list[str]    one program per value (default: every allowed value)
+API (`finder` is a backend's `knobs`; by default `knobs`, both backends' together):
+    triton_knobs(source) / cuda_knobs(source) -> list[Knob]   what can be tuned, current and allowed values
+    knobs(source) -> list[Knob]                               both of the above
+    apply_values(source, [(knob, value)]) -> str              the literals replaced
+    mutate(source, rng, n_changes=1, finder) -> Mutation      n distinct random moves; NothingToMutate if none
+    set_knobs(source, {name: value}, finder) -> str           set knobs by name (text edits at the literals)
+    sweep(source, name, values=None, finder) -> list[str]     one program per value (default: every allowed one)
 
 Edits replace only the literal's characters, so formatting and comments elsewhere stay as they were, and every
 result is checked with `ast.parse`.
@@ -36,7 +41,7 @@ from __future__ import annotations
 import ast
 import random
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -80,6 +85,9 @@ class Knob:
 
     def describe(self, new: int) -> str:
         return f"{self.label} {self.value} → {new}"
+
+
+KnobFinder = Callable[[str], "Sequence[Knob]"]  # a backend's `knobs`: source -> its knobs
 
 
 @dataclass(frozen=True)
@@ -589,17 +597,13 @@ def _evolve_region(source: str) -> tuple[int, int] | None:
 # ---------------------------------------------------------------------------------------------- API
 
 
-def knobs(source: str) -> list[Knob]:
-    """Every tunable knob of the program, in source order; [] when there is none or it does not parse.
-    Triton launch configurations, and thread counts in CUDA C++ source strings (`cuda_knobs`)."""
+def triton_knobs(source: str) -> list[Knob]:
+    """Every tunable Triton launch knob of the program, in source order; [] when there is none or it does not
+    parse. The Triton backend's `knobs` (`kernelsmith.backends.triton`): the tuner asks the backend, not this."""
     try:
         found = _Analysis(source).run()
     except (SyntaxError, ValueError, RecursionError):
-        found = []
-    try:
-        found += cuda_knobs(source)
-    except (SyntaxError, ValueError, RecursionError):
-        pass
+        return []
     return sorted(found, key=lambda k: (k.line, k.col))
 
 
@@ -617,10 +621,14 @@ _CUDA_PATTERNS = (
 
 
 def cuda_knobs(source: str) -> list[Knob]:
-    """Thread counts in string literals holding CUDA code (`#define THREADS 256`, `const int threads = 256;`,
-    `<<<blocks, 256>>>`), inside the EVOLVE-BLOCK when there is one. Positions are the digits in the Python
-    source, so an edit is a literal for a literal (escape sequences never contain digits we match)."""
-    tree = pyast.parse(source)
+    """The CUDA backend's `knobs` (`kernelsmith.backends.cuda`): thread counts in string literals holding CUDA code (`#define THREADS 256`, `const int threads = 256;`,
+    `<<<blocks, 256>>>`), inside the EVOLVE-BLOCK when there is one; [] when it does not parse. Positions are the
+    digits in the Python source, so an edit is a literal for a literal (escape sequences never contain digits we
+    match)."""
+    try:
+        tree = pyast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
     region = _evolve_region(source)
     offsets = _line_offsets(source)
     out: list[Knob] = []
@@ -653,7 +661,14 @@ def cuda_knobs(source: str) -> list[Knob]:
     return out
 
 
-def _apply(source: str, edits: Iterable[tuple[Knob, int]]) -> str:
+def knobs(source: str) -> list[Knob]:
+    """Every knob either backend finds (Triton launches and CUDA thread counts), in source order: for callers that
+    do not know the program's backend. The tuner asks the run's backend (`Backend.knobs`) instead."""
+    return sorted(triton_knobs(source) + cuda_knobs(source), key=lambda k: (k.line, k.col))
+
+
+def apply_values(source: str, edits: Iterable[tuple[Knob, int]]) -> str:
+    """The source with each knob's literal replaced by its new value (a literal for a literal)."""
     offsets = _line_offsets(source)
     spans = []
     for knob, value in edits:
@@ -667,41 +682,42 @@ def _apply(source: str, edits: Iterable[tuple[Knob, int]]) -> str:
     return out
 
 
-def set_knobs(source: str, values: Mapping[str, int]) -> str:
+def set_knobs(source: str, values: Mapping[str, int], finder: KnobFinder = knobs) -> str:
     """The program with the named knobs set to the given integers (KeyError names an unknown knob)."""
-    by_name = {k.name: k for k in knobs(source)}
+    by_name = {k.name: k for k in finder(source)}
     missing = [n for n in values if n not in by_name]
     if missing:
         raise KeyError(f"no knob named {', '.join(missing)}; knobs: {', '.join(by_name) or 'none'}")
     for name, v in values.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"knob {name}: value must be a positive int, got {v!r}")
-    return _apply(source, [(by_name[n], v) for n, v in values.items()])
+    return apply_values(source, [(by_name[n], v) for n, v in values.items()])
 
 
-def sweep(source: str, knob_name: str, values: Iterable[int] | None = None) -> list[str]:
+def sweep(source: str, knob_name: str, values: Iterable[int] | None = None,
+          finder: KnobFinder = knobs) -> list[str]:
     """One program per value of `knob_name` (default: every allowed value, the current one included)."""
-    by_name = {k.name: k for k in knobs(source)}
+    by_name = {k.name: k for k in finder(source)}
     if knob_name not in by_name:
         raise KeyError(f"no knob named {knob_name}; knobs: {', '.join(by_name) or 'none'}")
     vals = by_name[knob_name].allowed if values is None else tuple(values)
-    return [set_knobs(source, {knob_name: v}) for v in vals]
+    return [set_knobs(source, {knob_name: v}, finder) for v in vals]
 
 
-def mutate(source: str, rng: random.Random, n_changes: int = 1) -> Mutation:
+def mutate(source: str, rng: random.Random, n_changes: int = 1, finder: KnobFinder = knobs) -> Mutation:
     """Move `n_changes` distinct knobs (fewer if the program has fewer) one step each, chosen by `rng`."""
     try:
         pyast.parse(source)
     except SyntaxError as exc:
         raise NothingToMutate(f"program does not parse: {exc.msg} (line {exc.lineno})") from None
-    movable = [k for k in knobs(source) if k.moves()]
+    movable = [k for k in finder(source) if k.moves()]
     if not movable:
         raise NothingToMutate("no tunable knob (launch block sizes, num_warps, num_stages, GROUP, caps)")
     chosen = rng.sample(movable, min(max(1, n_changes), len(movable)))
     chosen.sort(key=lambda k: (k.line, k.col))
     edits = [(k, rng.choice(k.moves())) for k in chosen]
     return Mutation(
-        source=_apply(source, edits),
+        source=apply_values(source, edits),
         changes=[k.describe(v) for k, v in edits],
         edits=[(k.name, k.value, v) for k, v in edits],
     )
