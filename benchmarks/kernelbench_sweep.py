@@ -1,7 +1,7 @@
 """KernelBench as shipped (issue 17): can every size constant be `--set`, and what does the offline seed do?
 
     python benchmarks/kernelbench_sweep.py KERNELBENCH_DIR [--levels 1 2 3] [--timeout-s 60] [--jobs 2]
-        [--out sweep.json] [--no-seed] [--no-shrink] [--only RNN LSTM GRU]
+        [--out sweep.json] [--no-seed] [--no-shrink] [--only RNN LSTM GRU] [--policy strict|lenient] [--check]
 
 KERNELBENCH_DIR is the folder holding `level1/`, `level2/`, ... (KernelBench's `KernelBench/`), files unchanged.
 Each task file is handled in a child forked from this process (torch imported once), killed at `--timeout-s`,
@@ -15,8 +15,14 @@ so a hang or a slow task cannot stop the sweep. Per file:
    ones derived from it followed). A file is refused when any of its constants is not settable.
 2. **seed**: the root constants (assigned from literals, not from other names) are shrunk — an int above 128
    halved while it is even and above 128 (`--no-shrink`: the shipped sizes), tuples element by element — those `Task.load` accepts are applied,
-   and `generate_seed` runs on the CPU. Outcome: produced, refused (`SeedUnsupported`: its reason, whether
-   it names a line of the task file), error (any other exception) or timeout; the time to the outcome.
+   and `generate_seed` runs on the CPU under `--policy`. Outcome: produced, refused (`SeedUnsupported`: its
+   reason, whether it names a line of the task file), error (any other exception) or timeout; the time to the
+   outcome.
+3. **`--check`**: a produced seed is run against the reference on the CPU (Triton's interpreter,
+   `TRITON_INTERPRET=1`): both models built from one torch seed (ModelNew runs the reference's own __init__),
+   fresh inputs from `get_inputs()` under another seed, every output compared with atol = rtol = 1e-2 in fp32,
+   and the Triton launches counted. Verdict: correct (matches and launched >= 1 kernel), mismatch, no_launch,
+   run_error. `correct` is the coverage the issue counts.
 
 This runs the KernelBench files' code in the children: it is a benchmark of the seed generator, not the
 product's path (there the seed runs inside a referee child).
@@ -42,12 +48,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TRITON_INTERPRET", "1")  # the seeds run on the CPU (--check); set before triton loads
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from kernelsmith.task import Task, TaskError  # noqa: E402
-from kernelsmith.workshop.offline.seed import SeedUnsupported, generate_seed  # noqa: E402
+from kernelsmith.compiler import SeedUnsupported, generate_seed  # noqa: E402
+from kernelsmith.task import Task, TaskError, load_module  # noqa: E402
 
 SHRINK_ABOVE = 128  # lower and image models downsample to nothing (MobileNet, ViT patches)
 MEMORY_BYTES = 12 << 30  # per child: a task at its shipped sizes must not take the machine down
@@ -103,12 +110,13 @@ def small(v: Any) -> Any:
     return type(v)(small(x) for x in v)
 
 
-def shrink(v: Any) -> Any:
+def shrink(v: Any, above: int | None = None) -> Any:
+    above = SHRINK_ABOVE if above is None else above
     if type(v) is int:
-        while v > SHRINK_ABOVE and v % 2 == 0:
+        while v > above and v % 2 == 0:
             v //= 2
         return v
-    return type(v)(shrink(x) for x in v)
+    return type(v)(shrink(x, above) for x in v)
 
 
 def check_set(path: Path, source: str) -> dict[str, Any]:
@@ -139,11 +147,89 @@ def line_named(reason: str, path: Path) -> bool:
     return re.search(re.escape(str(path)) + r":\d+", reason) is not None or re.search(r"\bline \d+", reason) is not None
 
 
-def run_seed(path: Path, source: str, shrinking: bool) -> dict[str, Any]:
-    truth = top_level_values(source)
-    roots = root_names(source)
-    wanted = {k: shrink(v) for k, v in truth.items()
-              if shrinking and k in roots and is_size(v) and shrink(v) != v}
+def _leaves(obj: Any) -> list[Any]:
+    if isinstance(obj, (list, tuple)):
+        return [x for o in obj for x in _leaves(o)]
+    if isinstance(obj, dict):
+        return [x for o in obj.values() for x in _leaves(o)]
+    return [obj]
+
+
+def _compare(ref: Any, got: Any) -> str | None:
+    """None when `got` matches `ref` (every tensor within atol = rtol = 1e-2 in fp32), else why not."""
+    a, b = _leaves(ref), _leaves(got)
+    if len(a) != len(b):
+        return f"{len(b)} outputs for {len(a)}"
+    for k, (x, y) in enumerate(zip(a, b)):
+        if isinstance(x, torch.Tensor):
+            if not isinstance(y, torch.Tensor) or tuple(x.shape) != tuple(y.shape):
+                return f"output {k}: {getattr(y, 'shape', type(y).__name__)} for {tuple(x.shape)}"
+            x32, y32 = x.detach().float(), y.detach().float()
+            if not torch.allclose(x32, y32, atol=1e-2, rtol=1e-2, equal_nan=True):
+                diff = (x32 - y32).abs().nan_to_num(float("inf")).max().item() if x.numel() else 0.0
+                return f"output {k}: max abs diff {diff:.3g}"
+        elif x != y:
+            return f"output {k}: {y!r} for {x!r}"
+    return None
+
+
+def check_seed(path: Path, task_source: str, seed_source: str) -> dict[str, Any]:
+    """The seed against the reference on the CPU: one construction seed, fresh inputs, launches counted."""
+    from triton.runtime import interpreter
+
+    launches = [0]
+    real_run = interpreter.InterpretedFunction.run
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("warmup"):
+            launches[0] += 1
+        return real_run(self, *args, **kwargs)
+
+    t0 = time.perf_counter()
+    try:
+        ref = load_module(task_source, str(path), "kb_sweep_reference")
+        cand = load_module(seed_source, "<seed>", "kb_sweep_seed")
+        torch.manual_seed(1234)
+        init = list(ref.get_init_inputs())
+        torch.manual_seed(1)
+        model = ref.Model(*init)
+        torch.manual_seed(1)
+        new = cand.ModelNew(*init)
+        torch.manual_seed(2)
+        inputs = list(ref.get_inputs())
+        with torch.no_grad():
+            torch.manual_seed(3)
+            want = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            interpreter.InterpretedFunction.run = counted
+            try:
+                torch.manual_seed(3)
+                got = new(*inputs)
+            finally:
+                interpreter.InterpretedFunction.run = real_run
+    except Exception as exc:  # noqa: BLE001 - what the seed does wrong is the measurement
+        return {"verdict": "run_error", "why": f"{type(exc).__name__}: {exc}"[:300],
+                "check_s": time.perf_counter() - t0}
+    why = _compare(want, got)
+    verdict = "mismatch" if why else ("correct" if launches[0] else "no_launch")
+    return {"verdict": verdict, "why": why or "", "launches": launches[0], "check_s": time.perf_counter() - t0}
+
+
+def _runs_on_meta(path: Path, overrides: dict[str, Any]) -> bool:
+    """Whether the reference runs at these sizes (on the meta device: shapes only, no arithmetic)."""
+    try:
+        task = Task.load(path, overrides, device="cpu")
+        mod = load_module(task.source, str(path), "kb_sweep_probe")
+        with torch.device("meta"):
+            model = mod.Model(*mod.get_init_inputs())
+            model(*mod.get_inputs())
+        return True
+    except Exception:  # noqa: BLE001 - too small for this model (or no meta kernel): try larger sizes
+        return False
+
+
+def _shrunk(path: Path, truth: dict[str, Any], roots: set[str], above: int) -> tuple[dict, dict]:
+    wanted = {k: shrink(v, above) for k, v in truth.items()
+              if k in roots and is_size(v) and shrink(v, above) != v}
     applied = {}
     for k, v in wanted.items():  # what this version's --set accepts
         try:
@@ -151,6 +237,19 @@ def run_seed(path: Path, source: str, shrinking: bool) -> dict[str, Any]:
             applied[k] = v
         except (TaskError, Exception):  # noqa: BLE001
             pass
+    return wanted, applied
+
+
+def run_seed(path: Path, source: str, shrinking: bool, policy: str = "strict", check: bool = False,
+             conn: Any = None) -> dict[str, Any]:
+    truth = top_level_values(source)
+    roots = root_names(source) if shrinking else set()
+    # The smallest sizes of the ladder at which the reference still runs (a CNN downsamples to nothing).
+    ladder = sorted({SHRINK_ABOVE, max(SHRINK_ABOVE, 64), max(SHRINK_ABOVE, 128)})
+    for above in ladder:
+        wanted, applied = _shrunk(path, truth, roots, above)
+        if not applied or above == ladder[-1] or _runs_on_meta(path, applied):
+            break
     t0 = time.perf_counter()
     try:
         task = Task.load(path, applied, device="cpu")
@@ -158,9 +257,14 @@ def run_seed(path: Path, source: str, shrinking: bool) -> dict[str, Any]:
         return {"outcome": "refused", "reason": str(exc), "line": line_named(str(exc), path),
                 "s": time.perf_counter() - t0, "shrunk": applied, "at": "Task.load"}
     try:
-        result = generate_seed(task.source, filename=str(path))
-        return {"outcome": "produced", "patterns": result.patterns, "s": time.perf_counter() - t0,
-                "shrunk": applied, "not_shrunk": sorted(set(wanted) - set(applied))}
+        result = generate_seed(task.source, filename=str(path), policy=policy)
+        row = {"outcome": "produced", "patterns": result.patterns, "externs": result.externs,
+               "s": time.perf_counter() - t0, "shrunk": applied, "not_shrunk": sorted(set(wanted) - set(applied))}
+        if check:
+            if conn is not None:  # the outcome so far, should the check time out
+                conn.send({"seed": dict(row, verdict="timeout")})
+            row.update(check_seed(path, task.source, result.source))
+        return row
     except SeedUnsupported as exc:
         reason = str(exc)
         return {"outcome": "refused", "reason": reason, "line": line_named(reason, path),
@@ -170,26 +274,28 @@ def run_seed(path: Path, source: str, shrinking: bool) -> dict[str, Any]:
                 "where": traceback.format_exc().strip().splitlines()[-3][:200], "s": time.perf_counter() - t0}
 
 
-def child(path: Path, seed: bool, shrinking: bool, conn: Any) -> None:
+def child(path: Path, seed: bool, shrinking: bool, conn: Any, policy: str = "strict", check: bool = False,
+          set_check: bool = True) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     torch.set_num_threads(1)
     source = path.read_text()
-    row: dict[str, Any] = {"set": check_set(path, source)}
+    row: dict[str, Any] = {"set": check_set(path, source) if set_check else {"constants": [], "refused": {}}}
     conn.send(row)
     if seed:
-        row["seed"] = run_seed(path, source, shrinking)
+        row["seed"] = run_seed(path, source, shrinking, policy, check, conn)
         conn.send(row)
     conn.close()
 
 
-def sweep(files: list[Path], seed: bool, shrinking: bool, timeout_s: float, jobs: int) -> dict[str, dict[str, Any]]:
+def sweep(files: list[Path], seed: bool, shrinking: bool, timeout_s: float, jobs: int, policy: str = "strict",
+          check: bool = False, set_check: bool = True) -> dict[str, dict[str, Any]]:
     ctx = mp.get_context("fork")
     pending, running, rows = list(files), {}, {}
     while pending or running:
         while pending and len(running) < jobs:
             f = pending.pop(0)
             recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=child, args=(f, seed, shrinking, send), daemon=True)
+            p = ctx.Process(target=child, args=(f, seed, shrinking, send, policy, check, set_check), daemon=True)
             p.start()
             send.close()
             running[f] = (p, recv, time.perf_counter(), {})
@@ -215,8 +321,10 @@ def sweep(files: list[Path], seed: bool, shrinking: bool, timeout_s: float, jobs
                     last["seed"] = {"outcome": "error", "reason": f"child died (exit {p.exitcode})", "s": 0.0}
                 rows[str(f)] = last
                 del running[f]
-                print(f"{f.parent.name}/{f.name}: {last.get('seed', {}).get('outcome', '-')} "
-                      f"{len(last['set']['refused'])} refused", file=sys.stderr, flush=True)
+                sd = last.get("seed", {})
+                print(f"{f.parent.name}/{f.name}: {sd.get('outcome', '-')} {sd.get('verdict', '')} "
+                      f"{len(last['set']['refused'])} refused {sd.get('why') or sd.get('reason') or ''}"[:300],
+                      file=sys.stderr, flush=True)
     return rows
 
 
@@ -236,6 +344,12 @@ def summary(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "seed_timeout": sum(s["outcome"] == "timeout" for s in seeds),
             "refusals_naming_a_line": sum(bool(s.get("line")) for s in refusals),
             "refusal_s_max": max(times, default=0.0), "refusal_s_median": statistics.median(times) if times else 0.0,
+            "checked": sum("verdict" in s for s in seeds),
+            "correct": sum(s.get("verdict") == "correct" for s in seeds),
+            "mismatch": sum(s.get("verdict") == "mismatch" for s in seeds),
+            "run_error": sum(s.get("verdict") == "run_error" for s in seeds),
+            "no_launch": sum(s.get("verdict") == "no_launch" for s in seeds),
+            "check_timeout": sum(s.get("verdict") == "timeout" for s in seeds),
             "refusals_raw_error_without_line": sum(
                 (bool(re.search(r"\((\w+Error|\w+Exception): ", s.get("reason", ""))) or s["outcome"] == "error")
                 and not s.get("line") for s in refusals),
@@ -244,6 +358,7 @@ def summary(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    global SHRINK_ABOVE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kernelbench", type=Path, help="KernelBench's task folder (holding level1/, level2/, ...)")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
@@ -252,6 +367,13 @@ def main() -> None:
     ap.add_argument("--no-seed", action="store_true", help="only the --set check")
     ap.add_argument("--no-shrink", action="store_true", help="the seed at the shipped sizes")
     ap.add_argument("--only", nargs="*", default=[], help="file name substrings to keep (e.g. RNN LSTM GRU)")
+    ap.add_argument("--policy", choices=["strict", "lenient"], default="strict",
+                    help="the seed's policy (lenient: operators no template covers stay torch calls)")
+    ap.add_argument("--check", action="store_true",
+                    help="run each produced seed against the reference on the CPU (Triton's interpreter)")
+    ap.add_argument("--no-set-check", action="store_true", help="skip the --set check (step 1)")
+    ap.add_argument("--shrink-above", type=int, default=SHRINK_ABOVE,
+                    help="halve even size constants above this (default %(default)s)")
     ap.add_argument("--out", type=Path, default=Path("kernelbench_sweep.json"))
     args = ap.parse_args()
     files = sorted(f for lv in args.levels for f in (args.kernelbench / f"level{lv}").glob("*.py"))
@@ -260,13 +382,19 @@ def main() -> None:
     if not files:
         sys.exit(f"{args.kernelbench}: no level*/ task files")
     t0 = time.time()
-    rows = sweep(files, not args.no_seed, not args.no_shrink, args.timeout_s, args.jobs)
+    SHRINK_ABOVE = args.shrink_above
+    rows = sweep(files, not args.no_seed, not args.no_shrink, args.timeout_s, args.jobs, args.policy, args.check,
+                 not args.no_set_check)
     env = {"date": str(date.today()), "cpus": os.cpu_count(), "python": platform.python_version(),
            "torch": torch.__version__, "triton": triton.__version__, "command": " ".join(sys.argv),
            "wall_s": round(time.time() - t0, 1)}
-    result = {"env": env, "summary": summary(rows), "rows": rows}
+    env.update(policy=args.policy, check=args.check, shrink_above=SHRINK_ABOVE, timeout_s=args.timeout_s,
+               machine=platform.processor() or platform.machine())
+    per_level = {f"level{lv}": summary({k: r for k, r in rows.items() if Path(k).parent.name == f"level{lv}"})
+                 for lv in args.levels}
+    result = {"env": env, "summary": summary(rows), "levels": per_level, "rows": rows}
     args.out.write_text(json.dumps(result, indent=1, default=repr))
-    print(json.dumps({"env": env, "summary": result["summary"]}, indent=1))
+    print(json.dumps({"env": env, "summary": result["summary"], "levels": per_level}, indent=1))
 
 
 if __name__ == "__main__":
