@@ -150,9 +150,10 @@ def _note(space: Any, parent: tuple[int, ...], step: Any, st: Any, evidence: dic
     """What the tuner did and why, for the run's record (the answer's prose)."""
     changes = [f"{label} {a} → {b}" for label, a, b in zip(space.labels, parent, step.config) if a != b]
     what = {"remeasure": f"measurement {step.measurement} of a configuration still tied with the best",
-            "neighbour": "a neighbour of the best configuration",
+            "neighbour": "a neighbour of the best configuration" if st.best is not None else
+            "a neighbour of the parent's configuration",
             "sample": "a joint sample of the configuration space"}[step.why]
-    head = f"Tuned ({what}): " + ("; ".join(changes) if changes else "the parent's configuration")
+    head = "Tuned: " + ("; ".join(changes) if changes else "the parent's configuration") + f" ({what})"
     if st.best is not None:
         lo, point, hi = evidence[st.best].interval
         head += (f". Best so far {point:.3f}× [{lo:.3f}, {hi:.3f}] over {evidence[st.best].n} measurement(s) "

@@ -8,12 +8,13 @@ Moving one knob at a time at random found little (issue 17: 2 of 12 tasks improv
   markers removed, normalised); every evaluated program of the parent's skeleton is a measurement of one
   configuration.
 - **Sampling.** Latin-hypercube batches over the legal values of all knobs jointly (every value of every knob is
-  drawn about equally often), plus neighbours of the best (one knob moved a step, or two at once).
+  drawn about equally often), plus neighbours of the best (one knob moved a step, or two at once), those in a
+  direction that has paid so far first.
 - **Successive halving on intervals.** A configuration's measurements are pooled into one interval (below).
   The best is the configuration with the highest lower bound; a configuration whose interval lies wholly below
   the best's is slower beyond the noise and dropped (no more measurements, no neighbours). The others are alive:
-  at each measurement count, the better half of the alive ones (by point estimate) is measured once more, up to
-  `MAX_MEASUREMENTS`, so measurements go where the ranking is still open.
+  at each measurement count, the better half of the challengers (by point estimate) and the best itself are
+  measured once more, up to `MAX_MEASUREMENTS`, so measurements go where the ranking is still open.
 - **Re-measuring** a configuration is proposing its program again with a marker statement (a string literal
   naming the measurement, e.g. `"kernelsmith tuner: measurement 2"`) inside the EVOLVE-BLOCK: the program does
   exactly the same, but its digest differs, so the engine judges it afresh instead of taking it for a duplicate.
@@ -251,10 +252,10 @@ def standing(evidence: Mapping[Config, Evidence], max_measurements: int = MAX_ME
         for n in sorted({e.n for e in alive}):
             if n >= max_measurements:
                 continue
-            rung = [e for e in alive if e.n == n]  # by point estimate, best first
-            promoted = rung[: max(1, math.ceil(len(rung) / 2))]
-            if best in rung and best not in promoted:
-                promoted.append(best)  # the incumbent is judged as often as its challengers
+            rung = [e for e in alive if e.n == n and e is not best]  # challengers, by point estimate
+            promoted = rung[: math.ceil(len(rung) / 2)]
+            if best.n == n:
+                promoted.insert(0, best)  # the incumbent is judged as often as its challengers
             remeasure += [e.config for e in promoted]
     return Standing(best.config, tuple(e.config for e in alive), dropped, failed, tuple(remeasure))
 
@@ -272,19 +273,43 @@ def latin_hypercube(space: Space, n: int, rng: random.Random) -> list[Config]:
     return [tuple(col[i] for col in columns) for i in range(n)]
 
 
-def neighbours(space: Space, centre: Config, rng: random.Random) -> list[Config]:
-    """Configurations one step from `centre` on one knob (shuffled), then on two knobs at once (shuffled)."""
-    steps: list[list[tuple[int, int]]] = []
+def neighbours(space: Space, centre: Config, rng: random.Random,
+               trend: Mapping[tuple[int, int], float] | None = None) -> list[Config]:
+    """Configurations one step from `centre` on one knob, then on two knobs at once; within each, moves in a
+    direction that helped before (`trend`, see `trends`) come first and those that hurt last, ties shuffled."""
+    trend = trend or {}
+    steps: list[list[tuple[int, int, int]]] = []  # (knob, value, direction)
     for i, (domain, v) in enumerate(zip(space.domains, centre)):
         at = domain.index(v) if v in domain else None
-        moves = [] if at is None else [domain[j] for j in (at - 1, at + 1) if 0 <= j < len(domain)]
-        steps.append([(i, m) for m in moves])
-    one = [_moved(centre, [s]) for knob in steps for s in knob]
-    two = [_moved(centre, [a, b]) for x, y in itertools.combinations(range(len(steps)), 2)
-           for a in steps[x] for b in steps[y]]
-    rng.shuffle(one)
-    rng.shuffle(two)
-    return one + two
+        moves = [] if at is None else [(domain[j], j - at) for j in (at - 1, at + 1) if 0 <= j < len(domain)]
+        steps.append([(i, m, d) for m, d in moves])
+    one = [([s], trend.get((s[0], s[2]), 0.0)) for knob in steps for s in knob]
+    two = [([a, b], trend.get((a[0], a[2]), 0.0) + trend.get((b[0], b[2]), 0.0))
+           for x, y in itertools.combinations(range(len(steps)), 2) for a in steps[x] for b in steps[y]]
+    out = []
+    for group in (one, two):
+        rng.shuffle(group)
+        group.sort(key=lambda g: -g[1])  # stable: the shuffle breaks ties
+        out += [_moved(centre, [(i, v) for i, v, _ in moves]) for moves, _ in group]
+    return out
+
+
+def trends(space: Space, evidence: Mapping[Config, Evidence]) -> dict[tuple[int, int], float]:
+    """(knob, direction) -> mean log-speedup change of the measured pairs one step apart on that knob alone: which
+    way each knob has paid so far (0 where nothing says)."""
+    timed = {c: e.interval[1] for c, e in evidence.items() if not e.failed and e.interval is not None}
+    sums: dict[tuple[int, int], list[float]] = {}
+    for a, sa in timed.items():
+        for i, domain in enumerate(space.domains):
+            if a[i] not in domain:
+                continue
+            at = domain.index(a[i])
+            for d in (-1, 1):
+                if 0 <= at + d < len(domain):
+                    b = a[:i] + (domain[at + d],) + a[i + 1:]
+                    if b in timed:
+                        sums.setdefault((i, d), []).append(math.log(timed[b] / sa))
+    return {k: sum(v) / len(v) for k, v in sums.items()}
 
 
 def _moved(config: Config, moves: Sequence[tuple[int, int]]) -> Config:
@@ -318,8 +343,9 @@ def plan(space: Space, evidence: Mapping[Config, Evidence], rng: random.Random, 
 
     def near() -> Iterator[Step]:
         centres = list(st.alive[:NEIGHBOUR_CENTRES]) or ([start] if start is not None else [])
+        trend = trends(space, evidence)
         for c in centres:
-            for nb in neighbours(space, c, rng):
+            for nb in neighbours(space, c, rng, trend):
                 yield Step(nb, "neighbour", 1)
 
     def samples() -> Iterator[Step]:
