@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -121,6 +122,7 @@ def optimize(model_file: str | Path, config: RunConfig, opts: OptimizeOptions,
     elif run_dir.is_dir() and any(run_dir.iterdir()):
         raise OptimizeError(f"{run_dir}: not empty and not an optimize dir (no {REQUEST}); choose a new --run-dir",
                             run_dir, "bad_input")
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(run_dir)
     try:
@@ -129,6 +131,11 @@ def optimize(model_file: str | Path, config: RunConfig, opts: OptimizeOptions,
         elif changed or json.loads((run_dir / REQUEST).read_text()).get("swap") != opts.swap:
             _write_json(run_dir / REQUEST, request)
         return _optimize_locked(task, config, opts, run_dir, changed, say)
+    except OptimizeError:
+        if created and not (run_dir / "parts").exists():  # failed in extraction: nothing to continue, nothing kept
+            lock.release()
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     finally:
         lock.release()
 
