@@ -95,8 +95,8 @@ def _sortable(values: set[Any]) -> list[Any]:
     return sorted(values, key=lambda v: (type(v).__name__, v))
 
 
-class _Module:
-    """Module-level facts: aliases, constants, classes, functions, kernels."""
+class TritonModule:
+    """Module-level facts: aliases, constants, classes, functions, kernels (shared with `offline/mutate.py`)."""
 
     def __init__(self, tree: ast.Module):
         self.tl_aliases = {"tl"}
@@ -204,7 +204,7 @@ _BINOPS = {
 class _Resolver:
     """Statically resolves an expression to the set of constant values it may take (and whether that is all)."""
 
-    def __init__(self, mod: _Module):
+    def __init__(self, mod: TritonModule):
         self.mod = mod
         self._locals: dict[int, dict[str, list[ast.expr]]] = {}
 
@@ -294,6 +294,32 @@ def _constexpr_params(fn: ast.FunctionDef) -> list[tuple[int, str]]:
     return out
 
 
+def launch_arguments(call: ast.Call, kernel: ast.FunctionDef | None) -> list[tuple[str, ast.expr]]:
+    """(parameter, value) of a launch `kernel[grid](...)`: positional arguments bound to the kernel's
+    `tl.constexpr` parameters, then keywords naming a constexpr parameter or a launch option (`num_warps`, ...);
+    every keyword when the kernel is not one of the file's own. Shared by the features and the tuner's knobs
+    (`offline/mutate.py`), so both read a launch the same way."""
+    keywords = [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
+    if kernel is None:
+        return keywords
+    params = _constexpr_params(kernel)
+    names = {n for _, n in params}
+    positional = len(kernel.args.posonlyargs) + len(kernel.args.args)
+    out = [(name, call.args[pos]) for pos, name in params
+           if pos < min(positional, len(call.args)) and not any(isinstance(a, ast.Starred) for a in call.args[:pos + 1])]
+    return out + [(k, v) for k, v in keywords if k in names or k in LAUNCH_OPTIONS]
+
+
+def config_entries(call: ast.Call) -> list[tuple[str, ast.expr]]:
+    """(name, value) of a `triton.Config({...}, num_warps=..., ...)`: its dict's string keys, then its launch
+    options."""
+    out: list[tuple[str, ast.expr]] = []
+    if call.args and isinstance(call.args[0], ast.Dict):
+        out += [(k.value, v) for k, v in zip(call.args[0].keys, call.args[0].values)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    return out + [(kw.arg, kw.value) for kw in call.keywords if kw.arg in LAUNCH_OPTIONS]
+
+
 def _is_tile(name: str) -> bool:
     up = name.upper()
     return "BLOCK" in up or "TILE" in up
@@ -318,7 +344,7 @@ def kernel_features(source: str) -> dict[str, Any]:
 
 
 def _features(source: str, tree: ast.Module) -> dict[str, Any]:
-    mod = _Module(tree)
+    mod = TritonModule(tree)
     res = _Resolver(mod)
     d = _empty()
     d["n_kernels"] = len(mod.kernels)
@@ -378,25 +404,12 @@ def _features(source: str, tree: ast.Module) -> dict[str, Any]:
                 func = child.func
                 if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) and func.value.id in mod.kernels:
                     d["n_launch_sites"] += 1
-                    params = _constexpr_params(mod.kernels[func.value.id])
-                    names = {n for _, n in params}
-                    for pos, pname in params:
-                        if pos < len(child.args) and not isinstance(child.args[pos], ast.Starred):
-                            record(pname, child.args[pos], fn, cls, constexprs)
-                    for kw in child.keywords:
-                        if kw.arg in LAUNCH_OPTIONS:
-                            record(kw.arg, kw.value, fn, cls, options)
-                        elif kw.arg in names:
-                            record(kw.arg, kw.value, fn, cls, constexprs)
+                    for name, value in launch_arguments(child, mod.kernels[func.value.id]):
+                        record(name, value, fn, cls, options if name in LAUNCH_OPTIONS else constexprs)
                 elif mod.is_config(child):
                     d["n_autotune_configs"] += 1
-                    if child.args and isinstance(child.args[0], ast.Dict):
-                        for k, v in zip(child.args[0].keys, child.args[0].values):
-                            if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                                record(k.value, v, fn, cls, constexprs)
-                    for kw in child.keywords:
-                        if kw.arg in LAUNCH_OPTIONS:
-                            record(kw.arg, kw.value, fn, cls, options)
+                    for name, value in config_entries(child):
+                        record(name, value, fn, cls, options if name in LAUNCH_OPTIONS else constexprs)
             visit(child, fn, cls)
 
     visit(tree, None, None)

@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 from kernelsmith import pyast
 from kernelsmith.candidate import BLOCK_END, BLOCK_START
+from kernelsmith.workshop.features import TritonModule, config_entries, launch_arguments
 
 WARPS = (1, 2, 4, 8, 16)
 STAGES = (1, 2, 3, 4, 5)
@@ -141,18 +142,6 @@ def _call_name(func: ast.AST) -> str | None:
     return None
 
 
-def _is_jit(fn: ast.FunctionDef) -> bool:
-    for dec in fn.decorator_list:
-        target = dec.func if isinstance(dec, ast.Call) else dec
-        if _call_name(target) in ("jit", "autotune", "heuristics"):
-            return True
-    return False
-
-
-def _is_constexpr(ann: ast.AST | None) -> bool:
-    return ann is not None and _call_name(ann) == "constexpr"
-
-
 def _walk_local(node: ast.AST):
     """ast.walk that does not enter nested functions, classes or lambdas (the node itself excepted)."""
     stack = list(ast.iter_child_nodes(node))
@@ -214,11 +203,14 @@ class _Analysis:
         for node in ast.walk(self.tree):
             for child in ast.iter_child_nodes(node):
                 self.parent[child] = node
+        # The file's own kernels (`@triton.jit`, whatever triton is imported as: the features' reading), at any
+        # depth; helpers are the module-level functions that are not kernels.
+        self.module = TritonModule(self.tree)
         self.kernels: dict[str, ast.FunctionDef] = {}
         self.helpers: dict[str, ast.FunctionDef] = {}
         for node in ast.walk(self.tree):
             if isinstance(node, ast.FunctionDef):
-                if _is_jit(node):
+                if any(self.module.is_jit(d) for d in node.decorator_list):
                     self.kernels[node.name] = node
                 elif isinstance(self.parent.get(node), ast.Module):
                     self.helpers[node.name] = node
@@ -412,13 +404,7 @@ class _Analysis:
         kernel = self.kernels.get(kname)
         dot = kernel is not None and any(
             isinstance(n, ast.Call) and _call_name(n.func) == "dot" for n in ast.walk(kernel))
-        args: list[tuple[str, ast.AST]] = [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
-        if kernel is not None:
-            params = kernel.args.args
-            for i, a in enumerate(call.args):
-                if i < len(params) and _is_constexpr(params[i].annotation):
-                    args.append((params[i].arg, a))
-        for pname, value in args:
+        for pname, value in launch_arguments(call, kernel):
             if pname in ("num_warps", "num_stages"):
                 kind = pname
             else:
@@ -442,13 +428,7 @@ class _Analysis:
         dot = kernel is not None and any(
             isinstance(c, ast.Call) and _call_name(c.func) == "dot" for c in ast.walk(kernel))
         where = (f"{kernel.name} " if kernel is not None else "") + f"triton.Config #{index}"
-        entries: list[tuple[str, ast.AST]] = []
-        if call.args and isinstance(call.args[0], ast.Dict):
-            d = call.args[0]
-            entries += [(k.value, v) for k, v in zip(d.keys, d.values)
-                        if isinstance(k, ast.Constant) and isinstance(k.value, str)]
-        entries += [(kw.arg, kw.value) for kw in call.keywords if kw.arg]
-        for key, value in entries:
+        for key, value in config_entries(call):
             kind = key if key in ("num_warps", "num_stages") else _kind_of(key)
             if kind is None:
                 continue
@@ -488,7 +468,7 @@ class _Analysis:
                 kname = _call_name(node.func.value)
                 if kname in self.kernels or any(kw.arg in ("num_warps", "num_stages") for kw in node.keywords):
                     self._launch(node)
-            elif isinstance(node, ast.Call) and _call_name(node.func) == "Config":
+            elif isinstance(node, ast.Call) and self.module.is_config(node):
                 configs += 1
                 self._config(node, configs)
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
