@@ -97,10 +97,14 @@ CONVS = [
     ("nn.Conv2d", dict(in_channels=4, out_channels=6, kernel_size=(2, 3), stride=(2, 1), padding=(1, 2),
                        dilation=(1, 2), groups=2), (2, 4, 9, 8)),
     ("nn.Conv2d", dict(in_channels=6, out_channels=6, kernel_size=3, stride=2, groups=6, bias=False),
-     (1, 6, 9, 7)),                                                             # depthwise
+     (1, 6, 9, 7)),                                                             # depthwise: direct kernel
     ("nn.Conv2d", dict(in_channels=3, out_channels=4, kernel_size=(4, 3), padding="same", dilation=2),
      (2, 3, 6, 7)),                                                             # 'same', even kernel
     ("nn.Conv2d", dict(in_channels=5, out_channels=20, kernel_size=1), (2, 5, 3, 5)),   # pointwise
+    ("nn.Conv2d", dict(in_channels=12, out_channels=10, kernel_size=3, stride=2, padding=2, dilation=2,
+                       groups=2), (2, 12, 7, 8)),                               # GEMM path, grouped
+    ("nn.ConvTranspose2d", dict(in_channels=10, out_channels=12, kernel_size=3, stride=2, padding=1,
+                                output_padding=1, groups=2, dilation=2), (1, 10, 4, 5)),
     ("nn.Conv3d", dict(in_channels=2, out_channels=4, kernel_size=(2, 3, 2), stride=(1, 2, 1), padding=1,
                        dilation=(2, 1, 1)), (2, 2, 5, 6, 4)),
     ("nn.ConvTranspose1d", dict(in_channels=3, out_channels=4, kernel_size=3, stride=2, padding=1,

@@ -11,8 +11,12 @@ copy. Everything shape-like is read at run time (hidden sizes work); only the bl
 module-level constants (`_KS_CONV_BLOCK_M`, ...) so the tuner can move them. fp32 dots use the `precision`
 chosen at build time (default "tf32x3"); fp16/bf16 dots are native with fp32 accumulation.
 
-An optional epilogue (Triton lines over `acc`, the [BLOCK_M, BLOCK_N] fp32 tile after bias; `co` is the tile's
-output-channel index vector and `offs_m` its row index vector) lets a fuser fold activations into the store.
+Groups with at most 4 input and output channels (depthwise convolutions) would leave a GEMM tile mostly
+padding, so they take a direct kernel instead: one output per lane, a loop over the group's channels and taps.
+
+An optional epilogue (elementwise Triton lines over `acc`, the fp32 result after bias — a [BLOCK_M, BLOCK_N] tile
+or a [BLOCK] vector — and `co`, the output channel of each column / lane, broadcastable against `acc` only in the
+GEMM kernel) lets a fuser fold activations into the store.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ _KS_CONV_BLOCK_K = 32
 _KS_CONV_NUM_WARPS = 4
 _KS_CONV_NUM_STAGES = 3
 _ks_conv_precision = "__PRECISION__"
+_KS_CONV_DIRECT_BLOCK = 256
+_KS_CONV_DIRECT_NUM_WARPS = 4
+_ks_conv_dot_min = 16  # tl.dot's smallest tile side: a floor, not a knob
+_ks_conv_direct_max = 4  # at most this many channels in and out per group: the direct kernel
 
 
 @triton.jit
@@ -109,6 +117,68 @@ def _ks_conv_kernel(
     tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
+@triton.jit
+def _ks_conv_direct_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,
+    total, C_out, D, H, W, OD, OH, OW, KD, KH, KW, cin_g, cout_g,
+    sd, sh, sw, pd, ph, pw, dd, dh, dw,
+    sxn, sxc, sxd, sxh, sxw,
+    sw0, sw1, swd, swh, sww,
+    HAS_BIAS: tl.constexpr, TRANSPOSED: tl.constexpr, BLOCK: tl.constexpr,
+):
+    # Depthwise-like groups (few channels per group): a GEMM tile would be mostly padding, so each lane
+    # computes one output (y contiguous) as a loop over its group's input channels and the kernel taps.
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = e < total
+    ow = e % OW
+    t = e // OW
+    oh = t % OH
+    t = t // OH
+    od = t % OD
+    t = t // OD
+    co = t % C_out
+    nb = t // C_out
+    g = co // cout_g
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for ci in range(0, cin_g):
+        x_row = nb * sxn + (g * cin_g + ci) * sxc
+        if TRANSPOSED:
+            w_row = (g * cin_g + ci) * sw0 + (co - g * cout_g) * sw1
+        else:
+            w_row = co * sw0 + ci * sw1
+        for kd in range(0, KD):
+            if TRANSPOSED:
+                td = od + pd - kd * dd
+                i_d = td // sd
+                ok_d = ok & (td >= 0) & (i_d * sd == td) & (i_d < D)
+            else:
+                i_d = od * sd - pd + kd * dd
+                ok_d = ok & (i_d >= 0) & (i_d < D)
+            for kh in range(0, KH):
+                if TRANSPOSED:
+                    th = oh + ph - kh * dh
+                    i_h = th // sh
+                    ok_h = ok_d & (th >= 0) & (i_h * sh == th) & (i_h < H)
+                else:
+                    i_h = oh * sh - ph + kh * dh
+                    ok_h = ok_d & (i_h >= 0) & (i_h < H)
+                for kw in range(0, KW):
+                    if TRANSPOSED:
+                        tw = ow + pw - kw * dw
+                        i_w = tw // sw
+                        m = ok_h & (tw >= 0) & (i_w * sw == tw) & (i_w < W)
+                    else:
+                        i_w = ow * sw - pw + kw * dw
+                        m = ok_h & (i_w >= 0) & (i_w < W)
+                    xv = tl.load(x_ptr + x_row + i_d * sxd + i_h * sxh + i_w * sxw, mask=m, other=0.0)
+                    wv = tl.load(w_ptr + w_row + kd * swd + kh * swh + kw * sww, mask=ok, other=0.0)
+                    acc += xv.to(tl.float32) * wv.to(tl.float32)
+    if HAS_BIAS:
+        acc = acc + tl.load(b_ptr + co, mask=ok, other=0.0).to(tl.float32)
+    # EPILOGUE
+    tl.store(y_ptr + e, acc.to(y_ptr.dtype.element_ty), mask=ok)
+
+
 def _ks_conv_tuple(v, nd):
     if isinstance(v, int):
         return (int(v),) * nd
@@ -153,7 +223,7 @@ def _ks_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, ou
         raise ValueError(f"conv: input {tuple(x.shape)}, weight {tuple(weight.shape)}, groups {groups} "
                          f"give output size {osz}")
     c_out = cout_g * groups
-    y = torch.empty((n, c_out, *osz), device=x.device, dtype=x.dtype)
+    y = torch.empty((n, c_out, *osz), device=x.device, dtype=x.dtype)  # contiguous (the direct kernel)
     if y.numel() == 0:
         return y
     lift = 3 - nd
@@ -168,11 +238,21 @@ def _ks_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, ou
     KD, KH, KW = w3.shape[2:]
     M = n * OD * OH * OW
     K = cin_g * KD * KH * KW
-    block_m = _KS_CONV_BLOCK_M
-    block_n = min(_KS_CONV_BLOCK_N, max(16, triton.next_power_of_2(cout_g)))
-    block_k = min(_KS_CONV_BLOCK_K, max(16, triton.next_power_of_2(K)))
-    grid = (triton.cdiv(M, block_m), triton.cdiv(cout_g, block_n), groups)
     has_bias = bias is not None
+    if cin_g <= _ks_conv_direct_max and cout_g <= _ks_conv_direct_max:
+        total = y.numel()
+        _ks_conv_direct_kernel[(triton.cdiv(total, _KS_CONV_DIRECT_BLOCK),)](
+            x3, w3, bias if has_bias else w3, y3,
+            total, c_out, D, H, W, OD, OH, OW, KD, KH, KW, cin_g, cout_g,
+            *stride, *pad, *dilation, *x3.stride(), *w3.stride(),
+            HAS_BIAS=has_bias, TRANSPOSED=bool(transposed), BLOCK=_KS_CONV_DIRECT_BLOCK,
+            num_warps=_KS_CONV_DIRECT_NUM_WARPS,
+        )
+        return y
+    block_m = _KS_CONV_BLOCK_M
+    block_n = min(_KS_CONV_BLOCK_N, max(_ks_conv_dot_min, triton.next_power_of_2(cout_g)))
+    block_k = min(_KS_CONV_BLOCK_K, max(_ks_conv_dot_min, triton.next_power_of_2(K)))
+    grid = (triton.cdiv(M, block_m), triton.cdiv(cout_g, block_n), groups)
     upcast = x.dtype == torch.bfloat16 and x.device.type == "cpu"
     _ks_conv_kernel[grid](
         x3, w3, bias if has_bias else w3, y3,
