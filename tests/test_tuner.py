@@ -398,3 +398,72 @@ def test_an_offline_evolve_tunes_end_to_end_and_resumes_identically(tmp_path: Pa
             steps.append(_run_child(config(run_dir), resume=True))
         assert steps[0] == "killed" and steps[-1] == "finished", steps
         assert differences(reference, record(run_dir)) == []
+
+
+# ------------------------------------------------------------------------------------------------ plumbing
+
+
+MATMUL_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(32, 16), torch.randn(16, 24)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_seed_job_carries_the_runs_precision_and_policy(tmp_path: Path) -> None:
+    from kernelsmith.workshop.config import RunConfig
+    from kernelsmith.workshop.proposers import make_proposer
+
+    task = tmp_path / "mm.py"
+    task.write_text(MATMUL_TASK)
+    cfg = RunConfig(task=task, proposer="offline", policy="lenient", device="cpu")
+    if "precision" in RunConfig.model_fields:  # the setting's own helper adds it
+        cfg = cfg.model_copy(update={"precision": "ieee"})
+    proposer = make_proposer(cfg, MATMUL_TASK, str(task))
+    assert isinstance(proposer, OfflineProposer)
+    assert proposer.policy == "lenient" and proposer.precision == getattr(cfg, "precision", None)
+    for precision in ("ieee", "tf32"):
+        p = OfflineProposer(MATMUL_TASK, str(task), policy="lenient", precision=precision)
+        text = asyncio.run(p.propose(PROMPT, "r0c0", ProposalContext(None, 0, 0, 0))).text
+        assert f'input_precision="{precision}"' in text, text[:300]
+    bad = OfflineProposer(MATMUL_TASK, str(task), precision="fp8")
+    text = asyncio.run(bad.propose(PROMPT, "r0c0", ProposalContext(None, 0, 0, 0))).text
+    assert "cannot translate" in text and "'fp8'" in text and "mm.py" in text
+
+
+def test_proposers_and_the_offline_proposer_do_not_import_each_other() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, kernelsmith.workshop.offline.proposer, kernelsmith.workshop.offline.tune; "
+            "assert 'kernelsmith.workshop.proposers' not in sys.modules, 'offline imports proposers'; "
+            "import kernelsmith.workshop.proposers as p; assert p.ProposalContext.__module__.endswith('proposal')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_knobs_and_features_read_launches_alike() -> None:
+    """One reading of a launch: every launch knob of a shipped solution is a parameter the features list."""
+    from kernelsmith.workshop.features import kernel_features
+
+    checked = 0
+    for path in sorted((ROOT / "solutions").glob("level*/*.py")):
+        source = path.read_text()
+        feats = kernel_features(source)
+        seen = set(feats["launch_constexprs"]) | {"num_warps", "num_stages"}
+        for knob in TRITON(source):
+            for use in knob.uses:
+                assert use.rsplit(".", 1)[-1] in seen, (path.name, knob.name, use)
+                checked += 1
+    assert checked > 50
