@@ -35,14 +35,14 @@ import itertools
 import math
 import random
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelsmith import pyast
 from kernelsmith.candidate import BLOCK_END, normalise
-from kernelsmith.workshop.offline.mutate import Knob, apply_values
+from kernelsmith.workshop.offline.mutate import Knob, KnobFinder, apply_values
 
-KnobFinder = Callable[[str], Sequence[Knob]]
 Config = tuple[int, ...]
 
 MAX_MEASUREMENTS = 3  # a configuration is judged at most this many times
@@ -133,6 +133,8 @@ def with_config(source: str, space: Space, config: Config, finder: KnobFinder, m
 
 
 def _mark(source: str, measurement: int) -> str:
+    """The marker statement on its own line just before the EVOLVE-BLOCK's end (the engine keeps only the block
+    of an answer), else at the end of a file without markers."""
     note = f'"{MARKER} {measurement} of this configuration"'
     lines = source.splitlines(keepends=True)
     for i in range(len(lines) - 1, -1, -1):
@@ -151,8 +153,6 @@ def _mark(source: str, measurement: int) -> str:
 
 
 def _parses(source: str) -> bool:
-    from kernelsmith import pyast
-
     try:
         pyast.parse(source)
     except SyntaxError:
