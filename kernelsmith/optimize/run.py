@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -202,6 +203,9 @@ def _evolve_parts(config: RunConfig, run_dir: Path, extracted: dict[str, Any], c
     if not todo:
         return outcome
     workers = config.eval_workers or default_eval_workers(config.model_copy(update={"population": 1024}))
+    # The pool places work but does not bound it: every part may use all `workers` slots, the semaphore keeps the
+    # parts together within them (a part that is proposing leaves its slots to the others).
+    slots = threading.BoundedSemaphore(workers)
     pool = None
     if not config.referee_url:
         from kernelsmith.referee.pool import LocalPool, RequestError
@@ -220,8 +224,9 @@ def _evolve_parts(config: RunConfig, run_dir: Path, extracted: dict[str, Any], c
             settings = cfg.eval_settings()
 
             def judge(candidate: Candidate) -> Verdict:
-                return Verdict.coerce(pool.run(EvalRequest(task_source=task.source, task_name=task.name,
-                                                           candidate_source=candidate.source, options=settings)))
+                with slots:
+                    return Verdict.coerce(pool.run(EvalRequest(task_source=task.source, task_name=task.name,
+                                                               candidate_source=candidate.source, options=settings)))
         resume = (part_dir / "run.db").exists()
         _say(say, f"part {part_dir.name}: {'resuming' if resume else 'evolving'} ({cfg.rounds} rounds × "
                   f"{cfg.population})")
