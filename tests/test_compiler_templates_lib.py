@@ -111,6 +111,10 @@ CONVS = [
                                 output_padding=1, dilation=2), (2, 3, 7)),
     ("nn.ConvTranspose2d", dict(in_channels=4, out_channels=6, kernel_size=(3, 2), stride=(2, 3),
                                 padding=(1, 0), output_padding=(1, 2), groups=2), (1, 4, 5, 6)),
+    ("nn.ConvTranspose3d", dict(in_channels=6, out_channels=8, kernel_size=3, stride=2, padding=1,
+                                output_padding=1), (2, 6, 3, 2, 3)),           # stride phases
+    ("nn.ConvTranspose1d", dict(in_channels=8, out_channels=5, kernel_size=4, stride=3, padding=2,
+                                output_padding=2, groups=1), (1, 8, 5)),
     ("nn.ConvTranspose2d", dict(in_channels=3, out_channels=2, kernel_size=4, stride=1, bias=False),
      (2, 3, 5, 5)),
     ("nn.ConvTranspose3d", dict(in_channels=4, out_channels=4, kernel_size=3, stride=(2, 1, 2), padding=1,

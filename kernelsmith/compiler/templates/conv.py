@@ -6,7 +6,9 @@ C[M, N] = A[M, K] @ B[K, N] with M = batch x output positions, N = output channe
 channels of the group x kernel volume. A is never materialised: each (m, k) is decoded into an input address
 (masked where the window leaves the input), and tiles are multiplied with `tl.dot` into an fp32 accumulator.
 The transposed convolution is its gather form: output o reads input i where o + pad - k*dil = i*stride, masked
-when that is not a whole index. All tensors are read through their strides, so channels-last inputs need no
+when that is not a whole index; without dilation it is split by stride phase instead (outputs with one
+(o + pad) % stride meet only the taps k = that residue + j*stride: one GEMM per phase, no wasted taps, which
+the gather form would spend stride^dims times over). All tensors are read through their strides, so channels-last inputs need no
 copy. Everything shape-like is read at run time (hidden sizes work); only the block sizes and launch knobs are
 module-level constants (`_KS_CONV_BLOCK_M`, ...) so the tuner can move them. fp32 dots use the `precision`
 chosen at build time (default "tf32x3"); fp16/bf16 dots are native with fp32 accumulation.
@@ -179,6 +181,89 @@ def _ks_conv_direct_kernel(
     tl.store(y_ptr + e, acc.to(y_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def _ks_convt_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr,
+    N, D, H, W, OD, OH, OW, KD, KH, KW, cin_g, cout_g, n_groups,
+    sd, sh, sw, pd, ph, pw,
+    sxn, sxc, sxd, sxh, sxw,
+    sw0, sw1, swd, swh, sww,
+    syn, syc, syd, syh, syw,
+    HAS_BIAS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # Transposed conv, dilation 1, as stride-phase GEMMs: the outputs o with (o + pad) % stride == r only
+    # meet the taps k = r + j*stride, at input i = b + t - j (o = o0 + t*stride) — no masked-out taps.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    z = tl.program_id(2)
+    g = z % n_groups
+    cls = z // n_groups
+    rw = cls % sw
+    rh = (cls // sw) % sh
+    rd = cls // (sw * sh)
+    o0d = ((rd - pd) % sd + sd) % sd
+    o0h = ((rh - ph) % sh + sh) % sh
+    o0w = ((rw - pw) % sw + sw) % sw
+    bd = (o0d + pd - rd) // sd
+    bh = (o0h + ph - rh) // sh
+    bw = (o0w + pw - rw) // sw
+    cd = (OD - o0d + sd - 1) // sd
+    ch = (OH - o0h + sh - 1) // sh
+    cw = (OW - o0w + sw - 1) // sw
+    td_n = (KD - rd + sd - 1) // sd
+    th_n = (KH - rh + sh - 1) // sh
+    tw_n = (KW - rw + sw - 1) // sw
+    M = N * cd * ch * cw
+    TAPS = td_n * th_n * tw_n
+    K = cin_g * TAPS
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    n_ok = offs_n < cout_g
+    tw = offs_m % tl.maximum(cw, 1)
+    t = offs_m // tl.maximum(cw, 1)
+    th = t % tl.maximum(ch, 1)
+    t = t // tl.maximum(ch, 1)
+    tdd = t % tl.maximum(cd, 1)
+    nb = t // tl.maximum(cd, 1)
+    x_row = nb.to(tl.int64) * sxn + (g * cin_g).to(tl.int64) * sxc
+    co = g * cout_g + offs_n
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < K
+        ci = offs_k // tl.maximum(TAPS, 1)
+        r = offs_k % tl.maximum(TAPS, 1)
+        jd = r // tl.maximum(th_n * tw_n, 1)
+        r = r % tl.maximum(th_n * tw_n, 1)
+        jh = r // tl.maximum(tw_n, 1)
+        jw = r % tl.maximum(tw_n, 1)
+        i_d = bd + tdd[:, None] - jd[None, :]
+        i_h = bh + th[:, None] - jh[None, :]
+        i_w = bw + tw[:, None] - jw[None, :]
+        ok = (i_d >= 0) & (i_h >= 0) & (i_w >= 0) & (i_d < D) & (i_h < H) & (i_w < W)
+        ok = ok & m_ok[:, None] & k_ok[None, :]
+        a = tl.load(x_ptr + x_row[:, None] + ci[None, :] * sxc + i_d * sxd + i_h * sxh + i_w * sxw, mask=ok,
+                    other=0.0)
+        tap = (rd + jd * sd) * swd + (rh + jh * sh) * swh + (rw + jw * sw) * sww
+        b = tl.load(w_ptr + (g * cin_g + ci)[:, None] * sw0 + offs_n[None, :] * sw1 + tap[:, None],
+                    mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + co, mask=n_ok, other=0.0).to(tl.float32)
+        acc = acc + bias[None, :]
+    # EPILOGUE
+    od = o0d + tdd * sd
+    oh = o0h + th * sh
+    ow = o0w + tw * sw
+    y_off = (nb.to(tl.int64) * syn + od * syd + oh * syh + ow * syw)[:, None] + co[None, :].to(tl.int64) * syc
+    tl.store(y_ptr + y_off, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
 def _ks_conv_tuple(v, nd):
     if isinstance(v, int):
         return (int(v),) * nd
@@ -252,16 +337,31 @@ def _ks_conv(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, ou
     block_m = _KS_CONV_BLOCK_M
     block_n = min(_KS_CONV_BLOCK_N, max(_ks_conv_dot_min, triton.next_power_of_2(cout_g)))
     block_k = min(_KS_CONV_BLOCK_K, max(_ks_conv_dot_min, triton.next_power_of_2(K)))
-    grid = (triton.cdiv(M, block_m), triton.cdiv(cout_g, block_n), groups)
     upcast = x.dtype == torch.bfloat16 and x.device.type == "cpu"
+    precision = _ks_conv_precision if x.dtype == torch.float32 else ("ieee" if upcast else "tf32")
+    if transposed and dilation == (1, 1, 1) and stride != (1, 1, 1):
+        phases = stride[0] * stride[1] * stride[2]
+        m_max = n * triton.cdiv(OD, stride[0]) * triton.cdiv(OH, stride[1]) * triton.cdiv(OW, stride[2])
+        k_max = cin_g * triton.cdiv(KD, stride[0]) * triton.cdiv(KH, stride[1]) * triton.cdiv(KW, stride[2])
+        block_k = min(_KS_CONV_BLOCK_K, max(_ks_conv_dot_min, triton.next_power_of_2(k_max)))
+        grid = (triton.cdiv(m_max, block_m), triton.cdiv(cout_g, block_n), groups * phases)
+        _ks_convt_kernel[grid](
+            x3, w3, bias if has_bias else w3, y3,
+            n, D, H, W, OD, OH, OW, KD, KH, KW, cin_g, cout_g, groups,
+            *stride, *pad, *x3.stride(), *w3.stride(), *y3.stride(),
+            HAS_BIAS=has_bias, PRECISION=precision, UPCAST=upcast,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+            num_warps=_KS_CONV_NUM_WARPS, num_stages=_KS_CONV_NUM_STAGES,
+        )
+        return y
+    grid = (triton.cdiv(M, block_m), triton.cdiv(cout_g, block_n), groups)
     _ks_conv_kernel[grid](
         x3, w3, bias if has_bias else w3, y3,
         M, K, D, H, W, OD, OH, OW, KH, KW, KD * KH * KW, cin_g, cout_g,
         *stride, *pad, *dilation,
         *x3.stride(), *w3.stride(), *y3.stride(),
         HAS_BIAS=has_bias, TRANSPOSED=bool(transposed),
-        PRECISION=_ks_conv_precision if x.dtype == torch.float32 else ("ieee" if upcast else "tf32"),
-        UPCAST=upcast,
+        PRECISION=precision, UPCAST=upcast,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
         num_warps=_KS_CONV_NUM_WARPS, num_stages=_KS_CONV_NUM_STAGES,
     )
