@@ -443,7 +443,11 @@ class _Lowerer:
         if pair is not None:
             return self._pair_access(pair, name, args)
         if name in _IDENTITY and tensor_args:
-            return args[0]
+            x = args[0]
+            if name == "contiguous" and isinstance(x, _Val) and x.kind not in ("ew", "red", "mm"):
+                # a view (transpose, permute) made contiguous before a .view(): torch copies it
+                return self._tensor_glue(node, ns, name, args, kwargs)
+            return x
         if not tensor_args:
             return self._python_glue(node, ns, name, args, kwargs)
         if (ns == "method" and name in _GLUE_METHODS) or (ns == "torch" and name in _GLUE_FUNCTIONS) or (
@@ -827,6 +831,8 @@ def _function_call(fn: Any, pos: list[str], kw: list[str]) -> str | None:
             op = {"matmul": "@", "and_": "&", "or_": "|", "xor": "^", "lshift": "<<", "rshift": ">>"}[name]
             return f"({pos[0]} {op} {pos[1]})"
         return None
+    if mod == "math" and isinstance(getattr(math, name, None), type(math.sqrt)):
+        return f"math.{name}({', '.join(pos + kw)})"  # the program imports math
     if mod == "builtins":
         return f"{name}({', '.join(pos + kw)})" if name in ("getattr", "len", "min", "max", "abs", "int", "float",
                                                              "sum", "round", "tuple", "list") else None

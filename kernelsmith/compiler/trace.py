@@ -115,7 +115,11 @@ class _Recorder(fx.Interpreter):
 
 class _LineTracer(fx.Tracer):
     """fx's tracer, noting in each node the task file's line that made it (the innermost frame of that file),
-    so messages name it. fx's own `record_stack_traces` costs ~1.5 s of imports on its first use."""
+    so messages name it. fx's own `record_stack_traces` costs ~1.5 s of imports on its first use. Buffers are
+    graph inputs like parameters (`self.mask[:, :T]` with a traced T slices a get_attr node, instead of failing
+    on a plain tensor), read from `self` at run time."""
+
+    proxy_buffer_attributes = True
 
     def __init__(self, filename: str):
         super().__init__()
@@ -226,7 +230,7 @@ def _trace(module: Any, init_inputs: list, example_inputs: list, real_inputs: An
         return gm, model
 
     def retrace() -> fx.GraphModule:
-        return fx.symbolic_trace(model, concrete_args=concrete or None)
+        return _symbolic_trace(model, concrete or None, filename)
 
     meta_failure = ""
     try:  # on the meta device: no memory, no arithmetic, whatever the sizes

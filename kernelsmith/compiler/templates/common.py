@@ -14,7 +14,7 @@ import math
 
 import torch
 
-IMPORTS = ["import torch", "import torch.nn as nn", "import triton", "import triton.language as tl"]
+IMPORTS = ["import math", "import torch", "import torch.nn as nn", "import triton", "import triton.language as tl"]
 
 JIT_HELPERS = '''
 @triton.jit
