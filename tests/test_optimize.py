@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from kernelsmith.optimize.assemble import AssembleError, Part, plan, rename_program, render_model
+from kernelsmith.task import Task, parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]
-KB_MLP = Path("/tmp/kb/KernelBench/level3/1_MLP.py")
 SMALL = ["--set", "batch_size=4", "--set", "input_size=32", "--set", "layer_sizes=[64, 32]", "--set", "output_size=16"]
 FAST = ["--device", "cpu", "--rounds", "1", "--population", "2", "--proposer", "offline", "--swap", "correct"]
 
@@ -53,6 +53,51 @@ def get_inputs():
 def get_init_inputs():
     return [d_in, d_hidden, d_out]
 '''
+
+# KernelBench's level-3 1_MLP.py, as shipped but for whitespace-only lines (its sizes shrunk with --set: SMALL)
+KB_MLP = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Model(nn.Module):
+    def __init__(self, input_size, layer_sizes, output_size):
+        """
+        :param input_size: The number of input features
+        :param layer_sizes: A list of ints containing the sizes of each hidden layer
+        :param output_size: The number of output features
+        """
+        super(Model, self).__init__()
+
+        layers = []
+        current_input_size = input_size
+
+        for layer_size in layer_sizes:
+            layers.append(nn.Linear(current_input_size, layer_size))
+            layers.append(nn.ReLU())
+            current_input_size = layer_size
+
+        layers.append(nn.Linear(current_input_size, output_size))
+
+        self.network = nn.Sequential(*layers)
+
+    def forward(self, x):
+        """
+        :param x: The input tensor, shape (batch_size, input_size)
+        :return: The output tensor, shape (batch_size, output_size)
+        """
+        return self.network(x)
+
+# Test code
+batch_size = 128
+input_size = 16384
+layer_sizes = [16384, 16384]
+output_size = 8192
+
+def get_inputs():
+    return [torch.rand(batch_size, input_size)]
+
+def get_init_inputs():
+    return [input_size, layer_sizes, output_size]'''
 
 # Imports optimized.py and the model file by path (no kernelsmith), builds both from one seed and compares them
 # on inputs of another seed.
@@ -203,10 +248,11 @@ def test_changed_model_or_settings_are_refused_and_bad_files_are_one_line(
     assert not any((tmp_path / r).exists() for r in ("r1", "r2", "r3"))  # nothing left to refuse a fixed re-run
 
 
-@pytest.mark.skipif(not KB_MLP.exists(), reason="KernelBench's files are not at /tmp/kb")
 def test_kernelbench_mlp_resumes_after_a_kill(tmp_path: Path) -> None:
+    model = tmp_path / "1_MLP.py"
+    model.write_text(KB_MLP)
     run_dir = tmp_path / "run"
-    args = [sys.executable, "-m", "kernelsmith.cli", "optimize", str(KB_MLP), "--run-dir", str(run_dir), *SMALL,
+    args = [sys.executable, "-m", "kernelsmith.cli", "optimize", str(model), "--run-dir", str(run_dir), *SMALL,
             *FAST]
     proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "TRITON_INTERPRET": "1"}, start_new_session=True)
@@ -224,7 +270,7 @@ def test_kernelbench_mlp_resumes_after_a_kill(tmp_path: Path) -> None:
     assert finished, "no part finished before the deadline"
     assert not (run_dir / "optimize.json").exists()  # killed mid-run
     stamps = {p.parent.name: json.loads(p.read_text())["finished_at"] for p in finished}
-    done = cli("optimize", str(KB_MLP), "--run-dir", str(run_dir), *SMALL, *FAST, timeout=300)
+    done = cli("optimize", str(model), "--run-dir", str(run_dir), *SMALL, *FAST, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "reused" in done.stderr  # the extraction
     report = json.loads((run_dir / "optimize.json").read_text())
@@ -235,15 +281,10 @@ def test_kernelbench_mlp_resumes_after_a_kill(tmp_path: Path) -> None:
             assert summary["finished_at"] == stamps[row["run_dir"].split("/")[-1]] and row["reused"] is True
     assert report["verdict"]["correct"], report["verdict"]
     assert "self.network" in (run_dir / "optimized.py").read_text()
-    model_copy = tmp_path / "1_MLP.py"  # the shrunk sizes, as the optimize ran them
-    model_copy.write_text(_shrunk())
-    standalone(run_dir / "optimized.py", model_copy, tmp_path)
-
-
-def _shrunk() -> str:
-    from kernelsmith.task import Task, parse_overrides
-
-    return Task.load(KB_MLP, parse_overrides(SMALL[1::2]), device="cpu").source
+    shrunk = tmp_path / "small" / "1_MLP.py"  # the sizes the optimize ran at
+    shrunk.parent.mkdir()
+    shrunk.write_text(Task.load(model, parse_overrides(SMALL[1::2]), device="cpu").source)
+    standalone(run_dir / "optimized.py", shrunk, tmp_path)
 
 
 # ------------------------------------------------------------------------------------------ the assembler
