@@ -6,7 +6,8 @@ the model's code and the winners' code execute here.
 
 1. Build `Model` and `ModelNew` the way the referee builds a task and a candidate (same seed before each).
 2. For each part, switched on alone: did it build (bound to the model's tensors), and does the model's output
-   still match (the referee's tolerances)?
+   still match (the referee's tolerances)? Then together: those that match are kept in rank order while the
+   model's output still matches with all of them on.
 3. Time each part's block the way extract times the model's nodes (synchronised around each call, median of
    runs): with the parts that matched switched on (after) and all off (before, the model's original ops), and
    the whole `Model` and `ModelNew`.
@@ -74,6 +75,20 @@ def run(job: dict[str, Any], work: Path) -> dict[str, Any]:
         if entry.get("ok"):
             good.append(k)
         parts[str(k)] = entry
+    together: list[int] = []  # parts that pass alone, kept in rank order while the model still matches with all
+    for k in good:
+        new.__dict__["_ks_parts"] = [p if i in (*together, k) else None for i, p in enumerate(built)]
+        try:
+            _seed_all(SEED)
+            ok = compare_outputs([t.detach() for t in _flat(new(*inputs))], expected).ok
+        except BaseException as exc:  # noqa: BLE001 - as above
+            ok, parts[str(k)]["reason"] = False, f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        if ok:
+            together.append(k)
+        else:
+            parts[str(k)].update(ok=False, reason=parts[str(k)].get("reason") or
+                                 "matches alone, not together with the parts ranked above it")
+    good = together
 
     one = time.perf_counter()
     model(*inputs)
