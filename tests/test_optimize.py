@@ -287,6 +287,76 @@ def test_kernelbench_mlp_resumes_after_a_kill(tmp_path: Path) -> None:
     standalone(run_dir / "optimized.py", shrunk, tmp_path)
 
 
+BRANCHY = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.sum() > 0:  # data-dependent: fx cannot trace it, the extraction hooks the module calls
+            y = y * 2
+        return torch.tanh(y)
+
+
+dim = 16
+
+
+def get_inputs():
+    return [torch.randn(4, dim)]
+
+
+def get_init_inputs():
+    return [dim]
+"""
+
+OTHER_SHAPE = """
+import importlib.util, sys
+import torch
+spec = importlib.util.spec_from_file_location("optimized", sys.argv[1])
+opt = importlib.util.module_from_spec(spec)
+sys.modules["optimized"] = opt
+spec.loader.exec_module(opt)
+torch.manual_seed(0)
+model = opt.Model(16)
+torch.manual_seed(0)
+new = opt.ModelNew(16)
+calls = []
+new._ks_call = lambda k, original, inputs, consts: calls.append(k) or opt.ModelNew._ks_call(new, k, original, inputs, consts)
+with torch.no_grad():
+    for batch in (4, 3):  # the recorded shape goes through the part; another one is the module's own call
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(new(x), model(x), rtol=1e-3, atol=1e-3)
+        print("CALLS", batch, len(calls))
+"""
+
+
+def test_a_model_fx_cannot_trace_gets_its_module_calls_swapped(tmp_path: Path) -> None:
+    model = tmp_path / "branchy.py"
+    model.write_text(BRANCHY)
+    run_dir = tmp_path / "run"
+    proc = cli("optimize", str(model), "--run-dir", str(run_dir), "--top", "1", *FAST)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    extracted = json.loads((run_dir / "extract" / "extract.json").read_text())
+    assert extracted["trace"] == "hooks" and extracted["tasks"][0]["site"]["kind"] == "module"
+    report = json.loads((run_dir / "optimize.json").read_text())
+    assert report["swapped"] == [0] and report["verdict"]["correct"]
+    optimized = run_dir / "optimized.py"
+    assert "_KS_HOOKED" in optimized.read_text()
+    assert "STANDALONE_OK [0]" in standalone(optimized, model, tmp_path)
+    script = tmp_path / "other_shape.py"
+    script.write_text(OTHER_SHAPE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    ran = subprocess.run([sys.executable, "-I", str(script), str(optimized)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env={**env, "TRITON_INTERPRET": "1"})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "CALLS 4 1" in ran.stdout and "CALLS 3 1" in ran.stdout, ran.stdout
+
+
 # ------------------------------------------------------------------------------------------ the assembler
 PROGRAM = '''import torch
 import torch.nn as nn

@@ -142,6 +142,8 @@ def validate_site(v: Any, name: str) -> dict[str, Any]:
     """Where a task sits in the model's graph (the worker's `site`): variable names and dotted paths only."""
     if not isinstance(v, dict):
         raise ValueError(f"group {name}: bad site")
+    if v.get("kind") == "module":
+        return _module_site(v, name)
     out: dict[str, Any] = {}
     for key in ("nodes", "members", "feeds", "returns"):
         xs = v.get(key)
@@ -156,6 +158,33 @@ def validate_site(v: Any, name: str) -> dict[str, Any]:
             raise ValueError(f"group {name}: bad site {key}")
         out[key] = dict(m)
     return out
+
+
+def _module_site(v: dict[str, Any], name: str) -> dict[str, Any]:
+    """A task that is one call of a torch.nn module (the hooks trace): the module's path, the call's arguments
+    (its tensors as the task's inputs x0, x1, ...; the rest literals), where each output sits in its result."""
+    path, args, kwargs, outputs, modules = (v.get(k) for k in ("path", "args", "kwargs", "outputs", "modules"))
+    if not isinstance(path, str) or not PATH.match(path):
+        raise ValueError(f"group {name}: bad site path")
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise ValueError(f"group {name}: bad site call")
+    refs = {f"x{i}" for i in range(S.MAX_NODES)}
+    try:
+        S.literal(args, refs, set(), "site")
+        for k, x in kwargs.items():
+            S._ident(k, "site")
+            S.literal(x, refs, set(), "site")
+    except S.SpecError as exc:
+        raise ValueError(f"group {name}: bad site call: {exc}") from None
+    if not isinstance(outputs, list) or not outputs or len(outputs) > S.MAX_NODES or not all(
+            isinstance(o, list) and len(o) <= S.MAX_RANK and all(type(i) is int and 0 <= i < 1 << 16 for i in o)
+            for o in outputs):
+        raise ValueError(f"group {name}: bad site outputs")
+    if not isinstance(modules, dict) or not all(isinstance(a, str) and S.IDENT.match(a) and isinstance(p, str)
+                                                and PATH.match(p) for a, p in modules.items()):
+        raise ValueError(f"group {name}: bad site modules")
+    return {"kind": "module", "path": path, "args": args, "kwargs": kwargs, "outputs": outputs,
+            "modules": dict(modules), "tensors": {}}
 
 
 def run_worker(task: Task, opts: ExtractOptions) -> dict[str, Any]:

@@ -1008,10 +1008,24 @@ def run_hooks(model: Any, inputs: list[Any], expected: list[Any], job: dict[str,
                 b = hook_spec(c, name, _attr(model, c["path"]))
                 entry.update(_finish(b, rank, device, model, [c["feeds"][k] for k in b.input_keys],
                                      expected_out, reps))
+                if "spec" in entry and _tensor_tree(c.get("output")):
+                    entry["site"] = {"kind": "module", "path": c["path"], "args": b.body[0]["args"],
+                                     "kwargs": b.body[0]["kwargs"],
+                                     "outputs": [list(path) for path, _ in _flat_tensors(c.get("output"))],
+                                     "modules": dict(b.module_src), "tensors": {}}
             except Unsupported as exc:
                 entry["reason"] = str(exc)
         out_groups.append(entry)
     return {"trace": "hooks", "nodes_ms": round(total, 4), "groups": out_groups}
+
+
+def _tensor_tree(v: Any) -> bool:
+    """A tensor, or nested tuples of tensors only: what a module call's output can be rebuilt from its leaves."""
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        return True
+    return type(v) is tuple and bool(v) and all(_tensor_tree(x) for x in v)
 
 
 def hook_spec(call: dict[str, Any], name: str, module: Any) -> SpecBuilder:

@@ -40,6 +40,7 @@ class Part:
     site: dict[str, Any]
     code: str | None = None  # the winner's source, None when there is no correct winner
     swap: bool = False  # switched on in `_KS_SWAPPED`
+    shapes: list[Any] = field(default_factory=list)  # the task's inputs as [shape, dtype] (a module call's guard)
     deps: list[str] = field(default_factory=list)  # the block's arguments: feeds, then constants
 
 
@@ -499,6 +500,9 @@ class ModelNew(Model):
     def _ks_attach(self, swapped=None):
         """Build the swapped parts for this instance (also for a model whose class was switched to ModelNew:
         the exported package's `apply`). A part that cannot be built warns and stays as the original ops."""
+        return ModelNew._ks_attach_parts(self, swapped)
+
+    def _ks_attach_parts(self, swapped=None):
         parts = []
         for k, (factory, modules, tensors) in enumerate(_KS_PARTS):
             part = None
@@ -517,7 +521,108 @@ class ModelNew(Model):
 '''
 
 
-def render_file(model_source: str, graph: dict[str, Any], parts: list[Part]) -> tuple[str, dict[int, str]]:
+def render_hooked(parts: list[Part], off: set[int]) -> tuple[str, dict[int, str]]:
+    """`ModelNew` for a model fx could not trace: each part is one call of a torch.nn module, so the module's
+    `forward` is wrapped (on the instance) — when a call has the recorded arguments (the same non-tensor values,
+    tensors of the recorded shapes and dtypes) it goes through the part's block, any other call is the module's
+    own. The state dict is untouched."""
+    entries, skipped = [], {}
+    for p in parts:
+        site = p.site
+        if p.index in off:
+            entries.append("    None,")
+            continue
+        if site.get("kind") != "module":
+            skipped[p.index] = "not one module call"
+            entries.append("    None,")
+            continue
+        n = len(p.shapes)
+        names = {f"x{i}" for i in range(n)}
+        try:
+            args = [S.literal(a, names, set(), f"part {p.name}") for a in site["args"]]
+            kwargs = [f"{S._ident(k, 'site')!r}: {S.literal(v, names, set(), f'part {p.name}')}"
+                      for k, v in site["kwargs"].items()]
+            shapes = [(tuple(S._shape(sh, "site")), S._dtype(dt, "site").removeprefix("torch."))
+                      for sh, dt in p.shapes]
+        except S.SpecError as exc:
+            skipped[p.index] = f"its call cannot be written: {exc}"
+            entries.append("    None,")
+            continue
+        params = ", ".join(f"x{i}" for i in range(n))
+        call = f"lambda {params}: (({', '.join(args)}{',' if len(args) == 1 else ''}), {{{', '.join(kwargs)}}})"
+        entries.append(f"    ({site['path']!r}, {call}, {[tuple(o) for o in site['outputs']]!r}, "
+                       f"{shapes!r}),  # part {p.index}: {p.name}")
+    table = ("_KS_HOOKED = [  # per part: the module, its recorded call, its outputs' places, its tensors' shapes\n"
+             + "\n".join(entries) + "\n]\n")
+    return table + MODEL_CLASS + HOOKED_CLASS, skipped
+
+
+HOOKED_CLASS = '''
+    def _ks_hook(self):
+        """Wrap each part's module call (an instance attribute `forward`: the module's class is untouched)."""
+        for k, entry in enumerate(_KS_HOOKED):
+            if entry is not None:
+                path, call, outputs, shapes = entry
+                module = self.get_submodule(path)
+                module.forward = _ks_wrap(self, k, module.forward, call, outputs, shapes)
+
+    def _ks_attach(self, swapped=None):
+        out = ModelNew._ks_attach_parts(self, swapped)
+        self._ks_hook()
+        return out
+
+
+def _ks_leaves(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _ks_leaves(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _ks_leaves(v)]
+    return []
+
+
+def _ks_same(a, b):
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return a is b
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_ks_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_ks_same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _ks_rebuild(outputs, flat):
+    if outputs == [()]:
+        return flat[0]
+    tree = {}
+    for place, value in zip(outputs, flat):
+        node = tree
+        for i in place[:-1]:
+            node = node.setdefault(i, {})
+        node[place[-1]] = value
+
+    def build(node):
+        return tuple(build(node[i]) if isinstance(node[i], dict) else node[i] for i in sorted(node))
+    return build(tree)
+
+
+def _ks_wrap(root, k, original, call, outputs, shapes):
+    """The module's forward, through part k's block when called as recorded."""
+    def forward(*args, **kwargs):
+        leaves = _ks_leaves((args, kwargs))
+        if len(leaves) == len(shapes) and all(tuple(t.shape) == s and str(t.dtype) == "torch." + d
+                                              for t, (s, d) in zip(leaves, shapes)):
+            want_args, want_kwargs = call(*leaves)
+            if _ks_same(tuple(args), want_args) and _ks_same(kwargs, want_kwargs):
+                flat = root._ks_call(k, lambda *_: tuple(_ks_leaves(original(*args, **kwargs))), leaves, ())
+                return _ks_rebuild(outputs, flat)
+        return original(*args, **kwargs)
+    return forward
+'''
+
+
+def render_file(model_source: str, graph: dict[str, Any] | None, parts: list[Part]) -> tuple[str, dict[int, str]]:
     """The whole `optimized.py` and {part index: why it keeps the original ops}."""
     try:
         model_tree = pyast.parse(model_source)
@@ -557,7 +662,7 @@ def render_file(model_source: str, graph: dict[str, Any], parts: list[Part]) -> 
                         f"{p.name}\n{code}\n")
         entries.append(f"({factory}, {p.site['modules']!r}, {p.site['tensors']!r})")
     live = [p for p in parts if p.index not in skipped]
-    model_text, not_placed = render_model(graph, live)
+    model_text, not_placed = render_model(graph, live) if graph is not None else render_hooked(parts, set(skipped))
     skipped.update(not_placed)
     swapped = sorted(p.index for p in parts if p.swap and p.code is not None and p.index not in skipped)
     table = "_KS_PARTS = [\n" + "".join(f"    {e},  # part {i}\n" for i, e in enumerate(entries)) + "]\n"

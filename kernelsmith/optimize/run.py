@@ -192,7 +192,7 @@ def _evolve_parts(config: RunConfig, run_dir: Path, extracted: dict[str, Any], c
     for t, part_dir in _part_dirs(run_dir, extracted):
         if not t.get("check", {}).get("ok"):
             outcome[part_dir.name] = {"status": "skipped", "reason": "the extracted task does not match the model"}
-        elif "site" not in t or "graph" not in extracted:
+        elif "site" not in t or ("graph" not in extracted and t["site"].get("kind") != "module"):
             outcome[part_dir.name] = {"status": "skipped",
                                       "reason": "not placed in the model's graph (fx could not trace the model: "
                                                 + str(extracted.get("graph_note") or "hooks") + ")"}
@@ -329,7 +329,7 @@ def _optimize_locked(task: Task, config: RunConfig, opts: OptimizeOptions, run_d
         rows.append(row)
         if "site" in t:
             parts.append(Part(index=len(parts), name=t["name"], site=t["site"], code=win.get("code"),
-                              swap=eligible))
+                              swap=eligible, shapes=[[i["shape"], i["dtype"]] for i in t.get("inputs", [])]))
             row["part"] = parts[-1].index
         else:
             row["part"] = None
@@ -338,9 +338,9 @@ def _optimize_locked(task: Task, config: RunConfig, opts: OptimizeOptions, run_d
                               "overrides": task.overrides, "model_ms": extracted.get("model_ms"),
                               "optimized": None, "parts": rows}
     text = None
-    if graph is None:
+    if graph is None and not any(p.site.get("kind") == "module" for p in parts):
         report["note"] = "no optimized.py: " + str(extracted.get("graph_note") or "the model's graph is not known")
-    else:
+    else:  # the traced graph, or (fx could not trace the model) its module calls
         try:
             text, skipped = render_file(task.source, graph, parts)
         except AssembleError as exc:
