@@ -1109,6 +1109,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
             raise
         note = f"torch.fx: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        # a forward that assigns `self.x = ...` left fx's proxies in the model while it was traced: a fresh one
+        model, inputs = _build(module, device)
         found = run_hooks(model, inputs, expected, job, reps, model_ms)
     return {"ok": True, **found, "trace_note": note, "device": device, "model_ms": round(model_ms, 4),
             "reps": reps, "model_inputs": [describe(x) for x in inputs if isinstance(x, torch.Tensor)],
