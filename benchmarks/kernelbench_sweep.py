@@ -115,6 +115,8 @@ def shrink(v: Any, above: int | None = None) -> Any:
     if type(v) is int:
         while v > above and v % 2 == 0:
             v //= 2
+        while v > above * 16:  # an odd size left huge (524280 -> 65535): halved anyway
+            v //= 2
         return v
     return type(v)(shrink(x, above) for x in v)
 
@@ -372,8 +374,39 @@ def summary(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def table(paths: list[Path]) -> str:
+    """A markdown table per level from sweep outputs (`python kernelbench_sweep.py table A.json B.json`):
+    produced and correct seeds; `correct, no extern` is what strict gives (a lenient seed without externs is
+    the strict seed)."""
+    rows: dict[str, dict[str, Any]] = {}
+    policy = set()
+    for path in paths:
+        data = json.loads(path.read_text())
+        rows.update(data["rows"])
+        policy.add(data["env"].get("policy", "strict"))
+    levels = sorted({Path(k).parent.name for k in rows})
+    out = [f"| level | files | produced ({'/'.join(sorted(policy))}) | correct | correct, no extern | mismatch | "
+           "run error | check timeout |", "|---|---|---|---|---|---|---|---|"]
+    groups = [(lv, [r["seed"] for k, r in rows.items() if Path(k).parent.name == lv and "seed" in r])
+              for lv in levels]
+    groups.append(("all", [r["seed"] for r in rows.values() if "seed" in r]))
+    for lv, seeds in groups:
+        n = len(seeds)
+        produced = sum(s["outcome"] == "produced" for s in seeds)
+        correct = sum(s.get("verdict") == "correct" for s in seeds)
+        pure = sum(s.get("verdict") == "correct" and not s.get("externs") for s in seeds)
+        cells = [lv, n, produced, f"{correct} ({100 * correct / max(n, 1):.0f}%)",
+                 f"{pure} ({100 * pure / max(n, 1):.0f}%)", sum(s.get("verdict") == "mismatch" for s in seeds),
+                 sum(s.get("verdict") == "run_error" for s in seeds), sum(s.get("verdict") == "timeout" for s in seeds)]
+        out.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(out)
+
+
 def main() -> None:
     global SHRINK_ABOVE
+    if len(sys.argv) > 1 and sys.argv[1] == "table":
+        print(table([Path(a) for a in sys.argv[2:]]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kernelbench", type=Path, help="KernelBench's task folder (holding level1/, level2/, ...)")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])

@@ -120,6 +120,7 @@ class _LineTracer(fx.Tracer):
     on a plain tensor), read from `self` at run time."""
 
     proxy_buffer_attributes = True
+    trace_asserts = True  # `assert H == self.img_size[0]` becomes a guard node (removed), not a refusal
 
     def __init__(self, filename: str):
         super().__init__()
