@@ -125,6 +125,9 @@ class _Lowerer:
     def param(self, path: str) -> _Val:
         if path not in self.params:
             obj: Any = self.model
+            if path.split(".")[-1].startswith("_tensor_constant"):  # fx stored a tensor made while tracing
+                raise SeedUnsupported(f"{_at(self.filename, _node_line(self.node, self.filename))}get_attr {path}: "
+                                      "a tensor created in forward (torch.tensor(...)) has no template")
             try:
                 for part in path.split("."):
                     obj = getattr(obj, part)
