@@ -266,3 +266,68 @@ def test_fp64_errors_judge_fp32_outputs_only() -> None:
     assert found[0]["candidate"] > found[0]["limit"] and found[0]["ratio"] > 100
     exact = fp64_errors([torch.relu(a)], [torch.relu(a)], [torch.relu(a.double())])[0]
     assert exact["reference"] == 0.0 and exact["candidate"] == 0.0 and exact["limit"] == FP64_FACTOR * 2.0**-23
+
+
+def test_bench_records_precision_in_rows_settings_and_report(tmp_path: Path) -> None:
+    """`kernelsmith bench --numerics fp32`: the settings, each row and the report say what the numbers mean; the
+    tf32 candidate that KernelBench's tolerance would pass is incorrect."""
+    from typer.testing import CliRunner
+
+    from kernelsmith.cli import app
+
+    tasks, cands, out = tmp_path / "kb", tmp_path / "cands", tmp_path / "out"
+    for d in (tasks / "level1", cands / "level1"):
+        d.mkdir(parents=True)
+    for name, dot in (("1_matmul_exact.py", "exact"), ("2_matmul_tf32.py", "tf32")):
+        (tasks / "level1" / name).write_text(MATMUL_TASK)
+        (cands / "level1" / name).write_text(MATMUL_CANDIDATE.replace("__DOT__", DOTS[dot]))
+    result = CliRunner().invoke(app, ["bench", str(tasks), "--candidates", str(cands), "--device", "cpu", "--out",
+                                      str(out), "--numerics", "fp32", "--timeout", "120"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    label = "precision: tf32x3 (fp32 dots as 3 tf32 passes), numerics: fp32"
+    assert label in " ".join(result.output.split())
+    rows = {r["task"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    exact, tf32 = rows["level1/1_matmul_exact.py"], rows["level1/2_matmul_tf32.py"]
+    assert exact["status"] == "correct" and tf32["status"] == "incorrect", rows
+    assert tf32["error"].startswith("reduced precision:") and tf32["fp64_error"]["ratio"] > FP64_FACTOR
+    assert all((r["precision"], r["numerics"]) == ("tf32x3", "fp32") for r in rows.values())
+    settings = json.loads((out / "bench.json").read_text())["settings"]
+    assert (settings["precision"], settings["numerics"]) == ("tf32x3", "fp32")
+    assert label in (out / "report.html").read_text().replace("&#x27;", "'")
+    # the same OUT under another precision is another bench: refused, not mixed
+    again = CliRunner().invoke(app, ["bench", str(tasks), "--candidates", str(cands), "--device", "cpu", "--out",
+                                     str(out), "--precision", "ieee", "--numerics", "fp32"])
+    assert again.exit_code == 2 and "precision: 'tf32x3' → 'ieee'" in " ".join(again.output.split())
+
+
+def test_bench_refuses_fp32_numerics_with_tf32(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from kernelsmith.cli import app
+
+    (tmp_path / "kb" / "level1").mkdir(parents=True)
+    (tmp_path / "kb" / "level1" / "1_matmul.py").write_text(MATMUL_TASK)
+    result = CliRunner().invoke(app, ["bench", str(tmp_path / "kb"), "--candidates", str(tmp_path), "--device",
+                                      "cpu", "--out", str(tmp_path / "out"), "--precision", "tf32", "--numerics",
+                                      "fp32"])
+    assert result.exit_code == 2 and "numerics fp32 refuses tf32" in " ".join(result.output.split())
+
+
+def test_run_report_says_the_runs_precision(tmp_path: Path) -> None:
+    """A run's report reads the precision from its config or, before the run config had it, its verdicts."""
+    from typer.testing import CliRunner
+
+    from kernelsmith.cli import app
+
+    root = Path(__file__).resolve().parent.parent
+    run = tmp_path / "run"
+    evolved = CliRunner().invoke(app, ["evolve", str(root / "tasks/level1/01_relu.py"), "--device", "cpu",
+                                       "--rounds", "1", "--population", "1", "--proposer", "offline",
+                                       "--seed-program", str(root / "solutions/level1/01_relu.py"),
+                                       "--run-dir", str(run)], catch_exceptions=False)
+    assert evolved.exit_code in (0, 1), evolved.output
+    shown = CliRunner().invoke(app, ["report", str(run)], catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    page = (run / "report.html").read_text().replace("&#x27;", "'")
+    assert ('id="precision">precision: tf32x3 (fp32 dots as 3 tf32 passes), numerics: tolerance '
+            "(KernelBench's atol/rtol rule)") in page

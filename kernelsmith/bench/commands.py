@@ -65,6 +65,12 @@ def bench_command(
                                   "metrics against it")] = False,
     backend: Annotated[str, typer.Option(help="triton, or cuda (CUDA C++ through load_inline)")] = "triton",
     policy: Annotated[str, typer.Option(help="strict or lenient (see kernelsmith eval)")] = "strict",
+    precision: Annotated[str, typer.Option(
+        help="fp32 matmul/conv precision of generated code and of the eager and torch.compile baselines: ieee, "
+             "tf32x3 (3 tf32 passes, about fp32's accuracy) or tf32 (1 pass)")] = "tf32x3",
+    numerics: Annotated[str, typer.Option(
+        help="tolerance (KernelBench's atol/rtol) or fp32 (also refuse reduced-precision arithmetic on fp32 "
+             "outputs, judged against the task run in float64)")] = "tolerance",
     timeout: Annotated[float, typer.Option(help="Seconds per evaluation")] = 300.0,
     trials: Annotated[int, typer.Option(help="Random input sets per evaluation (eval mode)")] = 5,
     rounds: Annotated[int | None, typer.Option(help="Evolve mode: rounds per task")] = None,
@@ -104,6 +110,7 @@ def bench_command(
     try:
         overrides = parse_overrides(set_)
         settings = BenchSettings(mode=mode, device=device, backend=backend, policy=policy, overrides=overrides,
+                                 precision=precision, numerics=numerics,
                                  candidates=str(candidates) if candidates else None, trials=trials,
                                  timeout_s=timeout, against_compile=against_compile, rounds=rounds,
                                  population=population, model=model, base_url=base_url, api_key_env=api_key_env,
@@ -173,10 +180,12 @@ def bench_command(
 def _print_metrics(out: Path) -> None:
     from rich.table import Table
 
-    from kernelsmith.bench.runner import load_bench
+    from kernelsmith.bench.runner import load_bench, precision_label
 
     doc = load_bench(out)
     console = Console()
+    settings = doc.get("settings") or {}
+    console.print(precision_label(settings.get("precision"), settings.get("numerics")), highlight=False)
     for baseline, title in (("eager", "against eager"), ("compile", "against torch.compile")):
         t = doc["metrics"].get(baseline)
         if not isinstance(t, dict):

@@ -352,6 +352,21 @@ def tokens_section(run: RunData) -> str:
             f"<th>cost</th></tr>{rows}</table>")
 
 
+def precision_of_run(run: RunData) -> str:
+    """The run's precision and numerics policy: its config's, else what its verdicts recorded (a run made before
+    the settings existed: not recorded)."""
+    from kernelsmith.bench.runner import precision_label
+
+    c = run.config
+    if c.get("precision"):
+        return precision_label(c.get("precision"), c.get("numerics") or "tolerance")
+    seen = sorted({(str((p["verdict"] or {}).get("precision") or ""), str((p["verdict"] or {}).get("numerics") or ""))
+                   for p in run.programs if p["verdict"]} - {("", "")})
+    if not seen:
+        return precision_label(None)
+    return "; ".join(precision_label(prec or None, num or None) for prec, num in seen)
+
+
 def run_report(run_dir: Path) -> str:
     """The HTML page for one run dir."""
     run = load_run(run_dir)
@@ -405,7 +420,8 @@ def run_report(run_dir: Path) -> str:
         hw_name = "no GPU was found when the run started"
     body = (f"<section>{kpis}<p class=\"muted\">device {esc(device)}: {esc(hw_name)}; "
             f"proposer {esc(c.get('proposer', ''))}; models {esc(', '.join(m.get('name', '') for m in c.get('models') or []) or 'none (offline)')}; "
-            f"elapsed {esc(s.get('elapsed_s', '—'))} s; stopped: {esc(s.get('stopped') or 'no')}</p></section>"
+            f"elapsed {esc(s.get('elapsed_s', '—'))} s; stopped: {esc(s.get('stopped') or 'no')}</p>"
+            f'<p class="muted" id="precision">{esc(precision_of_run(run))}</p></section>'
             f'<section><h2>Progress</h2><div class="charts">{charts}</div>'
             "<details><summary>per round</summary><table><tr><th>round</th><th>proposals</th><th>evaluated</th>"
             f"<th>correct</th><th>rate</th><th>best so far</th><th>tokens</th></tr>{round_rows}</table></details>"
@@ -466,7 +482,7 @@ def metrics_table(tables: dict[str, Any]) -> str:
 
 
 def bench_report(out: Path, target: Path, *, run_reports: bool = True) -> str:
-    from kernelsmith.bench.runner import load_bench
+    from kernelsmith.bench.runner import load_bench, precision_label
 
     doc = load_bench(out)
     rows = doc.get("tasks", [])
@@ -497,10 +513,18 @@ def bench_report(out: Path, target: Path, *, run_reports: bool = True) -> str:
         notes.append(f"{doc['errors']} task(s) ended in a bench error (retried when the bench is resumed).")
     body = (f"<section><h2>Metrics</h2><p class=\"muted\">mode {esc(settings.get('mode'))}, device "
             f"{esc(settings.get('device'))}, {len(rows)} tasks{partial}. {esc(' '.join(notes))}</p>"
+            f'<p class="muted" id="precision">{esc(precision_label(settings.get("precision"), settings.get("numerics")))}'
+            f"{esc(_compile_precision(rows))}</p>"
             f"{metrics_table(doc.get('metrics', {}))}</section>"
             '<section><h2>Tasks</h2><table id="tasks"><tr><th>task</th><th>level</th><th>status</th><th>speedup</th>'
             f"<th>vs torch.compile</th><th>why not correct</th><th></th></tr>{''.join(trs)}</table></section>")
     return page("kernelsmith bench", str(out), body)
+
+
+def _compile_precision(rows: list[dict[str, Any]]) -> str:
+    """What the torch.compile column was measured at, when that is not the bench's own precision."""
+    other = sorted({str(r["compile_precision"]) for r in rows if r.get("compile_precision")} - {""})
+    return f"; torch.compile timed at: {', '.join(other)}" if other else ""
 
 
 def write_report(path: Path, out_file: Path | None = None) -> Path:

@@ -28,7 +28,14 @@ from typing import Any
 from kernelsmith.backends import BACKEND_NAMES
 from kernelsmith.bench.metrics import by_level, to_csv
 from kernelsmith.bench.tasks import BenchInputError, BenchTask, candidate_for
-from kernelsmith.settings import EvalSettings, SettingsError, check_device
+from kernelsmith.settings import (
+    DEFAULT_PRECISION,
+    NUMERICS,
+    PRECISIONS,
+    EvalSettings,
+    SettingsError,
+    check_device,
+)
 
 NO_CANDIDATE = "no_candidate"
 BAD_CANDIDATE = "bad_candidate"
@@ -51,6 +58,8 @@ class BenchSettings:
     trials: int = 5
     timeout_s: float = 300.0
     against_compile: bool = False
+    precision: str = DEFAULT_PRECISION  # fp32 dots of the generated code and of the baselines (EvalSettings)
+    numerics: str = "tolerance"  # the referee's numerics policy (EvalSettings)
     # evolve mode
     rounds: int | None = None
     population: int | None = None
@@ -73,6 +82,8 @@ class BenchSettings:
             self.eval_settings()
         except SettingsError as exc:
             raise BenchInputError(str(exc)) from None
+        if self.mode == "evolve":
+            _run_precision(self)
         if self.mode == "eval" and not self.candidates:
             raise BenchInputError("--mode eval needs --candidates DIR (a folder of ModelNew files named like the "
                                   "tasks, e.g. solutions/)")
@@ -83,7 +94,7 @@ class BenchSettings:
 
     def eval_settings(self) -> EvalSettings:
         return EvalSettings(device=self.device, policy=self.policy, timeout_s=self.timeout_s, trials=self.trials,
-                            backend=self.backend)
+                            backend=self.backend, precision=self.precision, numerics=self.numerics)
 
     def identity(self) -> dict[str, Any]:
         """What must not change between a bench and its resumption (results would not be comparable)."""
@@ -140,6 +151,8 @@ def open_out(out: Path, settings: BenchSettings) -> ResultLog:
         try:
             old = json.loads(meta.read_text()).get("settings", {})
             old.setdefault("backend", "triton")  # benches written before the setting existed were Triton
+            old.setdefault("precision", DEFAULT_PRECISION)  # ... and judged by tolerance, baselines at torch's
+            old.setdefault("numerics", "tolerance")  # defaults: resumable under the defaults
         except (json.JSONDecodeError, AttributeError):
             raise BenchInputError(f"{meta}: unreadable bench settings; use another --out") from None
         changed = sorted(k for k in set(old) | set(ident) if old.get(k) != ident.get(k))
@@ -184,7 +197,8 @@ def _eval_task(t: BenchTask, s: BenchSettings, pool: Any) -> dict[str, Any]:
     return {"status": v["status"], "speedup": v.get("speedup"), "speedup_ci": v.get("speedup_ci"),
             "ref_ms": v.get("ref_ms"), "cand_ms": v.get("cand_ms"), "error": _first_line(v.get("error")),
             "guards": [g["name"] for g in v.get("guards") or []], "candidate": str(path),
-            "max_rel_err": v.get("max_rel_err"), "device": v.get("device")}
+            "max_rel_err": v.get("max_rel_err"), "device": v.get("device"), "precision": v.get("precision"),
+            "numerics": v.get("numerics"), "fp64_error": v.get("fp64_error") or None}
 
 
 def _evolve_task(t: BenchTask, s: BenchSettings, out: Path, display: Any) -> dict[str, Any]:
@@ -197,6 +211,7 @@ def _evolve_task(t: BenchTask, s: BenchSettings, out: Path, display: Any) -> dic
                              "eval_timeout_s": s.timeout_s, "backend": s.backend}
     if t.overrides:
         flags["overrides"] = t.overrides
+    flags.update(_run_precision(s))
     if s.model:
         flags["models"] = [{"name": s.model, "base_url": s.base_url, "api_key_env": s.api_key_env}]
     cfg = load_config(s.config, flags)
@@ -213,13 +228,43 @@ def _evolve_task(t: BenchTask, s: BenchSettings, out: Path, display: Any) -> dic
     return row
 
 
+def _run_precision(s: BenchSettings) -> dict[str, Any]:
+    """The run config's precision and numerics for an evolved task; a run config without those settings can
+    only run at the defaults (anything else is refused rather than silently not applied)."""
+    from kernelsmith.workshop.config import RunConfig
+
+    wanted = {"precision": s.precision, "numerics": s.numerics}
+    missing = [k for k in wanted if k not in RunConfig.model_fields]
+    if missing and (s.precision, s.numerics) != (DEFAULT_PRECISION, "tolerance"):
+        raise BenchInputError(f"--mode evolve: the run config has no {', '.join(missing)} setting yet: only the "
+                              f"defaults (--precision {DEFAULT_PRECISION} --numerics tolerance) can be evolved")
+    return {k: v for k, v in wanted.items() if k not in missing}
+
+
+def precision_label(precision: str | None, numerics: str | None = None) -> str:
+    """"precision: tf32x3 (fp32 dots as 3 tf32 passes)[, numerics: ...]" for reports; a bench or run recorded
+    before the settings existed says so."""
+    if not precision:
+        text = "precision: not recorded (before the setting: eager and torch.compile at torch's defaults)"
+    else:
+        text = f"precision: {precision} ({PRECISIONS.get(precision, 'unknown')})"
+    if numerics:
+        text += f", numerics: {numerics} ({NUMERICS.get(numerics, 'unknown')})"
+    return text
+
+
 def _against_compile(t: BenchTask, s: BenchSettings, row: dict[str, Any]) -> None:
+    import inspect
+
     from kernelsmith.bench.compile_timer import time_compile
 
-    c = time_compile(t.task.source, str(t.path), s.device, timeout_s=max(s.timeout_s, 600.0))
+    at_precision = "precision" in inspect.signature(time_compile).parameters
+    extra = {"precision": s.precision} if at_precision else {}
+    c = time_compile(t.task.source, str(t.path), s.device, timeout_s=max(s.timeout_s, 600.0), **extra)
     row.update({"eager_ms": c.get("eager_ms"), "compile_ms": c.get("compile_ms"),
                 "compile_ratio": c.get("compile_ratio"), "compile_s": c.get("compile_s"),
-                "compile_error": c.get("error") or ""})
+                "compile_error": c.get("error") or "",
+                "compile_precision": s.precision if at_precision else "torch defaults"})
     ratio, sp = c.get("compile_ratio"), row.get("speedup")
     if row.get("status") == "correct" and ratio and sp:
         row["speedup_vs_compile"] = sp / ratio
