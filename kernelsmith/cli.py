@@ -71,7 +71,7 @@ EXIT_CORRECT, EXIT_NOT_CORRECT, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEVICES_ASKED = ("auto", "cuda", "cpu")
 # EvalSettings' names for the flags of `kernelsmith eval`: an error names the flag the user typed
 EVAL_FLAGS = {"timeout_s": "--timeout", "trials": "--trials", "policy": "--policy", "backend": "--backend",
-              "device": "--device"}
+              "device": "--device", "precision": "--precision", "numerics": "--numerics"}
 
 
 def report_error(message: str, *, file: str | Path | None = None, kind: str = "bad_input", as_json: bool = False,
@@ -159,6 +159,10 @@ def eval_command(
     timeout: Annotated[float, typer.Option(help="Seconds for the whole evaluation (0 < s <= 86400)")] = 300.0,
     trials: Annotated[int, typer.Option(help="Random input sets, 1-100 (plus the task's get_test_inputs)")] = 5,
     backend: Annotated[str, typer.Option(help="triton, or cuda (CUDA C++ through load_inline)")] = "triton",
+    precision: Annotated[str, typer.Option(help="fp32 matmul/conv precision of the reference timed against: "
+                                                "ieee, tf32x3 (fp32 in 3 tf32 passes) or tf32")] = "tf32x3",
+    numerics: Annotated[str, typer.Option(help="tolerance (KernelBench's atol/rtol) or fp32 (also refuse "
+                                               "reduced-precision arithmetic, judged against float64)")] = "tolerance",
     as_json: Annotated[bool, typer.Option("--json", help="Print the verdict (or the error) as JSON")] = False,
 ) -> None:
     """Judge CANDIDATE against TASK: compiled? correct on fresh inputs? how much faster? did it cheat?
@@ -173,7 +177,8 @@ def eval_command(
 
     try:
         chosen, device_note = resolve_device(device)
-        settings = EvalSettings(device=chosen, policy=policy, timeout_s=timeout, trials=trials, backend=backend)
+        settings = EvalSettings(device=chosen, policy=policy, timeout_s=timeout, trials=trials, backend=backend,
+                                precision=precision, numerics=numerics)
     except SettingsError as exc:
         message = describe(exc.cause, model=EvalSettings, names=EVAL_FLAGS) if exc.cause else str(exc)
         raise bad_input(message, kind="bad_option", as_json=as_json) from None
@@ -222,6 +227,10 @@ def print_verdict(verdict, name: str) -> None:  # noqa: ANN001 - Verdict, import
     if verdict.max_abs_err is not None:
         table.add_row("error", f"max abs {verdict.max_abs_err:.3g}, max rel {verdict.max_rel_err:.3g} "
                                f"over {verdict.trials} input sets")
+    if verdict.precision:
+        table.add_row("precision", f"{verdict.precision}, numerics {verdict.numerics}" + (
+            f" (error vs float64 {verdict.fp64_error['candidate']:.2g}, fp32 reference's "
+            f"{verdict.fp64_error['reference']:.2g})" if verdict.fp64_error else ""))
     if verdict.kernels:
         table.add_row("kernels", ", ".join(f"{k}×{n}" for k, n in verdict.kernels.items()))
     if verdict.ops:
