@@ -18,7 +18,19 @@ an elementwise chain over one domain → one `elementwise` kernel; reductions wi
 and epilogue over one (outer, R, inner) geometry → one `reduction` kernel (so residual add → RMS norm, or the
 whole of softmax, is one kernel); a matmul plus the elementwise chain that follows it → one `matmul_epilogue`
 kernel. A graph of several such pieces (an MLP, a pre-norm FFN block) becomes several kernels launched in
-order. Anything else raises `SeedUnsupported` naming the operator.
+order. Operators with a library kernel (`library.py`: convolution, pooling, norms, ...) become one launcher
+call each, a fusion barrier, under both policies.
+
+Policy. `strict` (the default): anything else raises `SeedUnsupported` naming the operator and the task's line,
+before any shape is propagated. `lenient` (KernelBench's rule): an operator no template or library kernel
+covers stays the torch call (an *extern*: `self.<module>(...)`, `torch.<fn>(...)`, `x.<method>(...)`), its
+result's shape from shape propagation, and everything around it is still fused; when nothing else would launch
+a Triton kernel, the results are written through an elementwise copy kernel. A forward torch.fx cannot trace
+is refused under both.
+
+Precision. fp32 matmuls' `tl.dot` input precision is `precision=` "ieee" (exact fp32), "tf32x3" (the default:
+three TF32 products, about fp32 accuracy) or "tf32"; the program records it in a header line
+`# kernelsmith-precision: <p>` (and `# kernelsmith-policy: <policy>`). fp16/bf16 matmuls are unaffected.
 
 The candidate's `ModelNew` is a copy of the reference's `Model` class with `forward` replaced, so it creates
 its parameters with the same code in the same order (the referee seeds both constructors alike). Shapes are
