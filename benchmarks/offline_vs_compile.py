@@ -1,10 +1,15 @@
 """The offline proposer on the GPU, beside torch.compile: seed, tune, confirm through the referee.
 
-For each shipped task at its GPU sizes, in one process and one run:
+For each shipped task at its GPU sizes, in one process and one run, all at one fp32 precision setting
+(`--precision`, the referee's: ieee | tf32x3 | tf32, default tf32x3; see `kernelsmith.referee.worker.set_precision`):
 
 1. PyTorch eager, `torch.compile` (default) and `torch.compile(mode="max-autotune")` are timed with
-   `triton.testing.do_bench` (median, L2 cleared between calls), compile time reported apart;
-2. the offline seed (`kernelsmith.workshop.offline.seed`) is generated and timed the same way;
+   `triton.testing.do_bench` (median, L2 cleared between calls), compile time reported apart, at that setting
+   (ieee and tf32x3: cuBLAS and cuDNN in full fp32; tf32: `allow_tf32 = True`); eager and `torch.compile` are
+   also timed with TF32 allowed (one tf32 pass), the speed the compiler's fp32 dots are up against when
+   accuracy matters less;
+2. the offline seed (`kernelsmith.compiler.generate_seed`, its fp32 dots at that precision) is generated and
+   timed the same way;
 3. the AST tuner (`kernelsmith.workshop.offline.mutate`) runs a coordinate descent over the seed's knobs
    (every allowed value of one knob at a time, at most `--variants` programs per task), each variant first
    checked for correctness against eager on a fresh input (the referee's tolerances), then timed;
@@ -15,7 +20,9 @@ For each shipped task at its GPU sizes, in one process and one run:
 The screen in step 3 runs our own generated code in this process; that is a benchmark shortcut for the
 tuner's search, not the product's path (`kernelsmith evolve` sends every variant through the referee).
 
-    python benchmarks/offline_vs_compile.py --out $OUT/offline.json [GLOB ...] [--variants 10]
+    python benchmarks/offline_vs_compile.py --out $OUT/offline.json [GLOB ...] [--variants 10] [--precision tf32x3]
+
+Every column is labelled with the precision it ran at, e.g. `torch.compile [tf32x3]` and `torch.compile [tf32]`.
 """
 
 from __future__ import annotations
@@ -43,11 +50,13 @@ import triton  # noqa: E402
 import triton.testing  # noqa: E402
 
 from kernelsmith.candidate import Candidate  # noqa: E402
+from kernelsmith.compiler import SeedUnsupported, generate_seed  # noqa: E402
 from kernelsmith.referee.compare import compare_outputs  # noqa: E402
 from kernelsmith.referee.evaluation import EvalOptions, evaluate  # noqa: E402
+from kernelsmith.referee.worker import set_precision  # noqa: E402
+from kernelsmith.settings import PRECISIONS  # noqa: E402
 from kernelsmith.task import Task, load_module  # noqa: E402
 from kernelsmith.workshop.offline.mutate import knobs, set_knobs  # noqa: E402
-from kernelsmith.workshop.offline.seed import SeedUnsupported, generate_seed  # noqa: E402
 
 _loaded = 0
 DEVICE = "cuda"  # `--device cpu` is a smoke test of this script (interpreter, tiny sizes, wall-clock medians)
@@ -147,14 +156,24 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     module = load_module(task.source, str(path), "offline_task_" + path.stem)
     reference = build(module, "Model")
     x = inputs_for(module, 0)
-    row: dict = {"task": rel, "eager_ms": bench(reference, x)}
+    set_precision(args.precision)
+    row: dict = {"task": rel, "precision": args.precision, "eager_ms": bench(reference, x)}
     if not args.skip_compile:
         for key, mode in (("compile", None), ("max_autotune", "max-autotune")):
             ms, secs, err = compiled_time(reference, x, mode)
             row.update({f"{key}_ms": ms, f"{key}_compile_s": round(secs, 1), f"{key}_error": err})
-        torch._dynamo.reset()
+    if args.precision != "tf32":  # the same baselines with TF32 allowed: one tf32 pass per fp32 dot
+        set_precision("tf32")
+        row["eager_tf32_ms"] = bench(reference, x)
+        if not args.skip_compile:
+            ms, secs, err = compiled_time(reference, x, None)
+            row.update({"compile_tf32_ms": ms, "compile_tf32_compile_s": round(secs, 1), "compile_tf32_error": err})
+        set_precision(args.precision)
+    else:
+        row["eager_tf32_ms"], row["compile_tf32_ms"] = row["eager_ms"], row.get("compile_ms")
+    torch._dynamo.reset()
     try:
-        seed = generate_seed(task.source, filename=str(path))
+        seed = generate_seed(task.source, filename=str(path), precision=args.precision)
     except SeedUnsupported as exc:
         row["seed_error"] = str(exc)
         return row
@@ -169,7 +188,7 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     del reference, x
     if DEVICE == "cuda":
         torch.cuda.empty_cache()
-    v = evaluate(task, Candidate(best_src, "tuned"), EvalOptions(device=DEVICE, timeout_s=300,
+    v = evaluate(task, Candidate(best_src, "tuned"), EvalOptions(device=DEVICE, timeout_s=300, precision=args.precision,
                                                                     timing={"budget_s": args.budget_s}))
     row.update(status=v.status.value, speedup=v.speedup, speedup_ci=v.speedup_ci, ref_ms=v.ref_ms,
                cand_ms=v.cand_ms, max_rel_err=v.max_rel_err, error=v.error[:500],
@@ -179,6 +198,10 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path) -> dict:
 
 def geomean(xs: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
+
+
+def fmt_geo(x: float | None) -> str:
+    return f"{x:.2f}×" if x else "—"
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -192,6 +215,8 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=0.5, help="the referee's timing budget")
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--precision", choices=list(PRECISIONS), default="tf32x3",
+                    help="fp32 dots of the seed and of the eager/torch.compile baselines (the referee's setting)")
     ap.add_argument("--out", type=Path, default=Path("offline.json"))
     args = ap.parse_args()
     global DEVICE
@@ -200,7 +225,8 @@ def main() -> None:
         args.skip_compile = True
     tasks = list(dict.fromkeys(p for pat in args.patterns for p in sorted((ROOT / "tasks").glob(pat))))
     env = {"date": str(date.today()), "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", "python": platform.python_version(),
-           "torch": torch.__version__, "triton": triton.__version__}
+           "torch": torch.__version__, "triton": triton.__version__, "precision": args.precision,
+           "precision_means": PRECISIONS[args.precision]}
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for path in tasks:
@@ -215,21 +241,29 @@ def main() -> None:
             args.out.write_text(json.dumps({"env": env, "results": rows}, indent=2))
             print(f"{row['task']}: {row.get('status')} {row.get('speedup')} {row.get('speedup_ci')} "
                   f"({row['wall_s']} s) {row.get('error', '')[:200]}", flush=True)
+    p = args.precision
     print(f"\n{env}\n")
-    print("| task | eager ms | torch.compile | max-autotune | seed (do_bench) | tuned (do_bench) "
-          "| referee speedup (95% CI) | status |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"Speedups over eager [{p}] ({PRECISIONS[p]}); [tf32]: TF32 allowed, one tf32 pass per fp32 dot.\n")
+    print(f"| task | eager [{p}] ms | torch.compile [{p}] | max-autotune [{p}] | eager [tf32] | torch.compile [tf32] "
+          f"| seed [{p}] (do_bench) | tuned [{p}] (do_bench) | referee speedup [{p}] (95% CI) | status |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         e = r.get("eager_ms")
         sp = (f"{r['speedup']:.2f}× ({r['speedup_ci'][0]:.2f}–{r['speedup_ci'][1]:.2f})"
               if r.get("speedup") else "—")
         print(f"| {r['task']} | {e:.4f} | {ratio(e, r.get('compile_ms'))} | {ratio(e, r.get('max_autotune_ms'))} "
+              f"| {ratio(e, r.get('eager_tf32_ms'))} | {ratio(e, r.get('compile_tf32_ms'))} "
               f"| {ratio(e, r.get('seed_ms'))} | {ratio(e, r.get('tuned_ms'))} | {sp} "
               f"| {r.get('status', r.get('seed_error', 'crash'))[:60]} |" if e else f"| {r['task']} | crash |")
     for level in ("level1", "level2", "level3"):
-        ok = [r["speedup"] for r in rows if r["task"].startswith(level) and r.get("status") == "correct"
-              and r.get("speedup")]
-        print(f"{level}: geomean referee speedup {geomean(ok)} over {len(ok)} correct tasks")
+        mine = [r for r in rows if r["task"].startswith(level) and r.get("eager_ms")]
+        ok = [r["speedup"] for r in mine if r.get("status") == "correct" and r.get("speedup")]
+        line = f"{level}: geomean referee speedup [{p}] {fmt_geo(geomean(ok))} over {len(ok)} correct tasks"
+        for key, label in (("compile_ms", f"torch.compile [{p}]"), ("eager_tf32_ms", "eager [tf32]"),
+                           ("compile_tf32_ms", "torch.compile [tf32]")):
+            xs = [r["eager_ms"] / r[key] for r in mine if r.get(key)]
+            line += f"; {label} {fmt_geo(geomean(xs))} over {len(xs)}"
+        print(line)
 
 
 if __name__ == "__main__":
