@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from kernelsmith.candidate import BLOCK_END, BLOCK_START
+from kernelsmith.compiler import SeedResult, SeedUnsupported, generate_seed, seed_for_task
 from kernelsmith.referee.evaluation import EvalOptions, evaluate
 from kernelsmith.task import Task, load_module
-from kernelsmith.compiler import SeedResult, SeedUnsupported, generate_seed, seed_for_task
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = sorted((ROOT / "tasks").glob("level*/*.py"))

@@ -186,7 +186,7 @@ def set_precision(precision: str) -> None:
 def _to_fp64(values: list[Any]) -> list[Any]:
     import torch
 
-    return [v.detach().to(torch.float64) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+    return [v.detach().to(torch.float64, copy=True) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
             for v in values]
 
 
@@ -371,9 +371,9 @@ class Judge:
             raise RuntimeError(f"numerics fp32 needs the task's Model in float64, which failed: "
                                f"{type(exc).__name__}: {str(exc)[:300]}") from None
 
-    def reference_fp64(self, inputs: list[Any]) -> list[Any]:
+    def reference_fp64(self, inputs64: list[Any]) -> list[Any]:
         try:
-            return _flat(self.model64(*_to_fp64(inputs)))
+            return _flat(self.model64(*inputs64))
         except Exception as exc:
             raise RuntimeError(f"numerics fp32 needs the task's forward in float64, which failed: "
                                f"{type(exc).__name__}: {str(exc)[:300]}") from None
@@ -408,9 +408,11 @@ class Judge:
         clock = _Clock(self.spent)
         self.request(header, inputs)
         clock("send")
+        inputs64 = _to_fp64(inputs) if self.model64 is not None else None  # before a task's in-place ops
         with torch.no_grad():  # while the candidate works on its copy
             ref = _flat(model(*inputs))
-            ref64 = self.reference_fp64(inputs) if self.model64 is not None else None
+            ref64 = self.reference_fp64(inputs64) if inputs64 is not None else None
+        del inputs64
         _sync(self.device)
         clock("reference")
         reply = self.answer(header, expect="output")
