@@ -19,7 +19,8 @@ so a hang or a slow task cannot stop the sweep. Per file:
    reason, whether it names a line of the task file), error (any other exception) or timeout; the time to the
    outcome.
 3. **`--check`**: a produced seed is run against the reference on the CPU (Triton's interpreter,
-   `TRITON_INTERPRET=1`): both models built from one torch seed (ModelNew runs the reference's own __init__),
+   `TRITON_INTERPRET=1`), or on the GPU with `--device cuda` (compiled kernels; each child its own CUDA context,
+   so the kernels the CPU interpreter could not finish in time get a verdict): both models built from one torch seed (ModelNew runs the reference's own __init__),
    fresh inputs from `get_inputs()` under another seed, every output compared with atol = rtol = 1e-2 in fp32,
    and the Triton launches counted. Verdict: correct (matches and launched >= 1 kernel), mismatch, no_launch,
    run_error. `correct` is the coverage the issue counts.
@@ -48,7 +49,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("TRITON_INTERPRET", "1")  # the seeds run on the CPU (--check); set before triton loads
+DEVICE = "cuda" if "--device=cuda" in sys.argv or " ".join(sys.argv).count("--device cuda") else "cpu"
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # the seeds run on the CPU (--check); set before triton loads
 
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -175,12 +178,26 @@ def _compare(ref: Any, got: Any) -> str | None:
     return None
 
 
-def check_seed(path: Path, task_source: str, seed_source: str) -> dict[str, Any]:
-    """The seed against the reference on the CPU: one construction seed, fresh inputs, launches counted."""
-    from triton.runtime import interpreter
+def _launcher() -> Any:
+    """The class whose `run` launches a Triton kernel here: the interpreter's on the CPU, the JIT's on a GPU."""
+    if DEVICE == "cpu":
+        from triton.runtime import interpreter
 
+        return interpreter.InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return JITFunction
+
+
+def _on_device(x: Any) -> Any:
+    return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
+
+
+def check_seed(path: Path, task_source: str, seed_source: str) -> dict[str, Any]:
+    """The seed against the reference on DEVICE: one construction seed, fresh inputs, launches counted."""
+    launcher = _launcher()
     launches = [0]
-    real_run = interpreter.InterpretedFunction.run
+    real_run = launcher.run
 
     def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not kwargs.get("warmup"):
@@ -194,20 +211,22 @@ def check_seed(path: Path, task_source: str, seed_source: str) -> dict[str, Any]
         torch.manual_seed(1234)
         init = list(ref.get_init_inputs())
         torch.manual_seed(1)
-        model = ref.Model(*init)
+        model = ref.Model(*init).to(DEVICE)
         torch.manual_seed(1)
-        new = cand.ModelNew(*init)
+        new = cand.ModelNew(*init).to(DEVICE)
         torch.manual_seed(2)
-        inputs = list(ref.get_inputs())
+        inputs = [_on_device(x) for x in ref.get_inputs()]
         with torch.no_grad():
             torch.manual_seed(3)
             want = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            interpreter.InterpretedFunction.run = counted
+            launcher.run = counted
             try:
                 torch.manual_seed(3)
                 got = new(*inputs)
+                if DEVICE == "cuda":
+                    torch.cuda.synchronize()
             finally:
-                interpreter.InterpretedFunction.run = real_run
+                launcher.run = real_run
     except Exception as exc:  # noqa: BLE001 - what the seed does wrong is the measurement
         return {"verdict": "run_error", "why": f"{type(exc).__name__}: {exc}"[:300],
                 "check_s": time.perf_counter() - t0}
@@ -293,7 +312,8 @@ def run_seed(path: Path, source: str, shrinking: bool, policy: str = "strict", c
 
 def child(path: Path, seed: bool, shrinking: bool, conn: Any, policy: str = "strict", check: bool = False,
           set_check: bool = True) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    if DEVICE == "cpu":  # a CUDA context reserves far more address space than it uses
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     torch.set_num_threads(1)
     source = path.read_text()
     row: dict[str, Any] = {"set": check_set(path, source) if set_check else {"constants": [], "refused": {}}}
@@ -418,7 +438,8 @@ def main() -> None:
     ap.add_argument("--policy", choices=["strict", "lenient"], default="strict",
                     help="the seed's policy (lenient: operators no template covers stay torch calls)")
     ap.add_argument("--check", action="store_true",
-                    help="run each produced seed against the reference on the CPU (Triton's interpreter)")
+                    help="run each produced seed against the reference (--device: cpu = Triton's interpreter)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where --check runs the seeds")
     ap.add_argument("--no-set-check", action="store_true", help="skip the --set check (step 1)")
     ap.add_argument("--shrink-above", type=int, default=SHRINK_ABOVE,
                     help="halve even size constants above this (default %(default)s)")
@@ -436,7 +457,8 @@ def main() -> None:
     env = {"date": str(date.today()), "cpus": os.cpu_count(), "python": platform.python_version(),
            "torch": torch.__version__, "triton": triton.__version__, "command": " ".join(sys.argv),
            "wall_s": round(time.time() - t0, 1)}
-    env.update(policy=args.policy, check=args.check, shrink_above=SHRINK_ABOVE, timeout_s=args.timeout_s,
+    env.update(device=torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", policy=args.policy,
+               check=args.check, shrink_above=SHRINK_ABOVE, timeout_s=args.timeout_s,
                machine=platform.processor() or platform.machine())
     per_level = {f"level{lv}": summary({k: r for k, r in rows.items() if Path(k).parent.name == f"level{lv}"})
                  for lv in args.levels}

@@ -1,28 +1,36 @@
-"""The offline proposer on the GPU, beside torch.compile: seed, tune, confirm through the referee.
+"""The offline compiler on the GPU beside eager and torch.compile, in one run, at one fp32 precision setting.
 
-For each shipped task at its GPU sizes, in one process and one run, all at one fp32 precision setting
-(`--precision`, the referee's: ieee | tf32x3 | tf32, default tf32x3; see `kernelsmith.referee.worker.set_precision`):
+    python benchmarks/offline_vs_compile.py FILE_OR_DIR ... [--sample 12 12 8] [--include NAME ...]
+        [--workers 8] [--variants 12] [--policy lenient] [--precision tf32x3] [--deadline-s 540] --out X.json
+    python benchmarks/offline_vs_compile.py tasks/level1/01_relu.py --device cpu --out /tmp/x.json  # smoke test
 
-1. PyTorch eager, `torch.compile` (default) and `torch.compile(mode="max-autotune")` are timed with
-   `triton.testing.do_bench` (median, L2 cleared between calls), compile time reported apart, at that setting
-   (ieee and tf32x3: cuBLAS and cuDNN in full fp32; tf32: `allow_tf32 = True`); eager and `torch.compile` are
-   also timed with TF32 allowed (one tf32 pass), the speed the compiler's fp32 dots are up against when
-   accuracy matters less;
-2. the offline seed (`kernelsmith.compiler.generate_seed`, its fp32 dots at that precision) is generated and
-   timed the same way;
-3. the AST tuner (`kernelsmith.workshop.offline.mutate`) runs a coordinate descent over the seed's knobs
-   (every allowed value of one knob at a time, at most `--variants` programs per task), each variant first
-   checked for correctness against eager on a fresh input (the referee's tolerances), then timed;
-4. the best program is evaluated once through the full referee (`evaluate()`: fresh processes, five
-   correctness trials, hidden inputs, interleaved timing against the reference): that speedup, with its
-   95% interval, is the one we report as ours. The do_bench numbers put all five side by side.
+FILE_OR_DIR: task files, or folders holding `level1/`, `level2/`, ... (KernelBench's `KernelBench/` folder,
+files unchanged, at their shipped sizes). From a folder, `--sample A B C` takes A files of level 1, B of level 2,
+C of level 3, spread evenly over each level's sorted list (deterministic), plus every file named by `--include`.
 
-The screen in step 3 runs our own generated code in this process; that is a benchmark shortcut for the
-tuner's search, not the product's path (`kernelsmith evolve` sends every variant through the referee).
+Per task, in worker processes (`--workers`, each with its own CUDA context), all at `--precision` (the referee's
+setting: ieee | tf32x3 | tf32; see `kernelsmith.referee.worker.set_precision`):
 
-    python benchmarks/offline_vs_compile.py --out $OUT/offline.json [GLOB ...] [--variants 10] [--precision tf32x3]
+1. **prepare** (in parallel): the task at its sizes; the offline compiler's seed (`generate_seed`, `--policy`);
+   tuner variants — a Latin-hypercube sample of the seed's launch knobs taken jointly (the product tuner's
+   space and sampler, `kernelsmith.workshop.offline.tune`), each compiled and checked against eager on a fresh
+   input (the referee's tolerances); `torch.compile` warmed at the precision and with TF32 allowed (so timing
+   below reads the compile caches);
+2. **time** under a lease: one worker at a time, every other worker's process group stopped (SIGSTOP) while it
+   times, so no compilation or other kernel shares the GPU or the CPU. `triton.testing.do_bench` medians (L2
+   flushed between calls) of eager and `torch.compile` at the precision, eager and `torch.compile` with TF32
+   allowed (`[tf32]`, tasks with fp32 matmuls or convolutions only; elsewhere the flag changes nothing), the
+   seed and every correct variant; successive halving (the faster half timed again, longer), then the best's
+   one-knob neighbours are compiled outside the lease and timed in a second one;
+3. **judge** the fastest program through the referee (`LocalPool`: fresh sandboxes, five correctness trials,
+   hidden inputs, interleaved timing against eager under the pool's own lease): that speedup, with its 95%
+   interval, is the one reported as ours. "kept" applies `kernelsmith optimize`'s swap rule: the kernel is kept
+   when its interval lies above 1, else the reference stays (1.00x), so no kept kernel is slower than eager.
 
-Every column is labelled with the precision it ran at, e.g. `torch.compile [tf32x3]` and `torch.compile [tf32]`.
+Steps 1-2 run generated code in the workers: a benchmark shortcut for the search (the product's evolve sends
+every variant through the referee). Rows are written to `--out` as each task ends; a task running past
+`--task-timeout-s` (frozen time not counted) is killed and recorded as such; `--deadline-s` stops handing out
+tasks, keeping time for step 3.
 """
 
 from __future__ import annotations
@@ -32,55 +40,132 @@ import json
 import math
 import os
 import platform
+import random
+import re
+import signal
 import statistics
 import sys
 import tempfile
 import time
 import traceback
+from collections import deque
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-if "--device=cpu" in sys.argv or " ".join(sys.argv).count("--device cpu"):
+DEVICE = "cpu" if "--device=cpu" in sys.argv or " ".join(sys.argv).count("--device cpu") else "cuda"
+if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"  # the smoke test: must precede triton's import
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # compile in-process: a stopped worker stops it too
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.testing  # noqa: E402
+DOTS = re.compile(r"matmul|\bmm\(|bmm|addmm|einsum|Linear|[Cc]onv|\s@\s|GRU|LSTM|RNN|Multihead|scaled_dot_product"
+                  r"|Bilinear|tensordot|linear\(")
 
-from kernelsmith.candidate import Candidate  # noqa: E402
-from kernelsmith.compiler import SeedUnsupported, generate_seed  # noqa: E402
-from kernelsmith.referee.compare import compare_outputs  # noqa: E402
-from kernelsmith.referee.evaluation import EvalOptions, evaluate  # noqa: E402
-from kernelsmith.referee.worker import set_precision  # noqa: E402
-from kernelsmith.settings import PRECISIONS  # noqa: E402
-from kernelsmith.task import Task, load_module  # noqa: E402
-from kernelsmith.workshop.offline.mutate import knobs, set_knobs  # noqa: E402
+
+# ------------------------------------------------------------------------------------------------ selection
+
+
+def select(items: list[str], sample: list[int], include: list[str]) -> list[Path]:
+    """Files to run: each file given; from each folder, `sample[L-1]` files of level L spread evenly over the
+    sorted list, plus the files whose name contains an `include` string."""
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if p.is_file():
+            out.append(p)
+            continue
+        for lv, n in enumerate(sample, start=1):
+            files = sorted((p / f"level{lv}").glob("*.py"))
+            if not files or n <= 0:
+                continue
+            step = len(files) / min(n, len(files))
+            out += [files[int(i * step)] for i in range(min(n, len(files)))]
+            out += [f for f in files if any(s in f.name for s in include)]
+    return list(dict.fromkeys(out))
+
+
+def level_of(path: Path) -> str:
+    return next((part for part in reversed(path.parts) if part.startswith("level")), "other")
+
+
+# ------------------------------------------------------------------------------------------------ the worker
+
+
+class Lease:
+    """The worker's side of the timing lease: ask the parent, wait for the go, say when done."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+
+    def __enter__(self) -> Lease:
+        sync()  # this worker's own queued kernels are done before it asks
+        self.conn.send(("want", None))
+        assert self.conn.recv() == ("go", None)
+        time.sleep(0.05)  # kernels a stopped worker had queued drain (each syncs after every check)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.conn.send(("release", None))
+
+
+def worker(conn: Any, args: argparse.Namespace) -> None:
+    os.setpgrp()  # the parent stops this process group (ptxas and friends included) while another times
+    import torch
+
+    torch.set_num_threads(1 if DEVICE == "cuda" else 2)
+    lease = Lease(conn)
+    with tempfile.TemporaryDirectory(prefix="offline-vs-compile-") as tmp:
+        while True:
+            kind, path = conn.recv()
+            if kind == "stop":
+                return
+            t0 = time.perf_counter()
+            try:
+                row = run_task(Path(path), args, Path(tmp), lease)
+            except Exception:  # noqa: BLE001 - one broken task must not lose the others' numbers
+                row = {"crash": traceback.format_exc()[-2000:]}
+            row.update(task=path, level=level_of(Path(path)), worker_s=round(time.perf_counter() - t0, 1))
+            conn.send(("row", row))
+
 
 _loaded = 0
-DEVICE = "cuda"  # `--device cpu` is a smoke test of this script (interpreter, tiny sizes, wall-clock medians)
 
 
-def build(module, cls: str, task_module=None):  # noqa: ANN001, ANN201
+def build(module: Any, cls: str, task_module: Any = None) -> Any:
     """As KernelBench and the referee do: the same seed before the init inputs and before the constructor."""
+    import torch
+
     torch.manual_seed(42)
     init = list((task_module or module).get_init_inputs())
     torch.manual_seed(42)
     return getattr(module, cls)(*init).to(DEVICE).eval()
 
 
-def inputs_for(module, seed: int) -> list:  # noqa: ANN001
+def inputs_for(module: Any, seed: int) -> list:
+    import torch
+
     torch.manual_seed(seed)
     with torch.device(DEVICE):
         return [x.to(DEVICE) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
 
 
-def outs(x) -> list[torch.Tensor]:  # noqa: ANN001
+def sync() -> None:
+    if DEVICE == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def outs(x: Any) -> list:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def bench(fn, inputs: list, rep_ms: int = 100) -> float:  # noqa: ANN001
+def bench(fn: Any, inputs: list, rep_ms: int) -> float:
+    import torch
+    import triton.testing
+
     with torch.no_grad():
         if DEVICE == "cpu":
             times = []
@@ -89,181 +174,410 @@ def bench(fn, inputs: list, rep_ms: int = 100) -> float:  # noqa: ANN001
                 fn(*inputs)
                 times.append((time.perf_counter() - t0) * 1e3)
             return statistics.median(times)
-        return float(triton.testing.do_bench(lambda: fn(*inputs), warmup=25, rep=rep_ms, return_mode="median"))
+        return float(triton.testing.do_bench(lambda: fn(*inputs), warmup=10, rep=rep_ms, return_mode="median"))
 
 
-def load_program(source: str, workdir: Path):  # noqa: ANN201
+def load_program(source: str, workdir: Path) -> Any:
     """Triton reads kernel source through the file, so each variant gets one."""
+    from kernelsmith.task import load_module
+
     global _loaded
     _loaded += 1
-    path = workdir / f"variant_{_loaded}.py"
+    path = workdir / f"variant_{os.getpid()}_{_loaded}.py"
     path.write_text(source)
-    return load_module(source, str(path), f"offline_variant_{_loaded}")
+    return load_module(source, str(path), f"offline_variant_{os.getpid()}_{_loaded}")
 
 
-def screen(source: str, module, reference, workdir: Path) -> tuple[float | None, str]:  # noqa: ANN001
-    """do_bench time of a correct program, or (None, why not)."""
+def prepare(source: str, module: Any, checks: list[tuple[list, list]], workdir: Path) -> tuple[Any, str]:
+    """The program built and run once per check (compiling its kernels), or (None, why not)."""
+    import torch
+
+    from kernelsmith.referee.compare import compare_outputs
+
     try:
         cand = build(load_program(source, workdir), "ModelNew", module)
-        x = inputs_for(module, 1234)
         with torch.no_grad():
-            cmp = compare_outputs(outs(cand(*x)), outs(reference(*x)))
-        if not cmp.ok:
-            return None, f"incorrect: {cmp.reason}"
-        return bench(cand, inputs_for(module, 0)), ""
+            for x, want in checks:
+                got = outs(cand(*x))
+                sync()
+                cmp = compare_outputs(got, want)
+                if not cmp.ok:
+                    return None, f"incorrect: {cmp.reason}"
+        return cand, ""
     except Exception as exc:  # noqa: BLE001 - a variant that fails to compile is skipped, with its reason
         return None, f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def tune(seed_src: str, seed_ms: float, module, reference, workdir: Path, budget: int) -> tuple[str, float, list]:  # noqa: ANN001
-    """Coordinate descent over the knobs: each knob's every allowed value, keeping the fastest correct one."""
-    best_src, best_ms, tried, log = seed_src, seed_ms, 0, []
-    for knob in knobs(seed_src):
-        current = {k.name: k for k in knobs(best_src)}.get(knob.name)
-        if current is None:
-            continue
-        for value in current.allowed:
-            if value == current.value or tried >= budget:
-                continue
-            if current.kind == "block" and not (current.value / 4 <= value <= current.value * 4):
-                continue  # stay within 4x of the seed's choice: far-off tiles rarely win and cost compiles
-            src = set_knobs(best_src, {current.name: value})
-            tried += 1
-            ms, why = screen(src, module, reference, workdir)
-            log.append({"knob": current.name, "value": value, "ms": ms, "error": why})
-            if ms is not None and ms < best_ms * 0.99:
-                best_src, best_ms = src, ms
-                current = {k.name: k for k in knobs(best_src)}[knob.name]
-    return best_src, best_ms, log
+def compiled(reference: Any, x: list, precision: str) -> tuple[Any, float, str]:
+    """`torch.compile(reference)` at `precision`, called twice (compiled, then warm): (fn or None, s, error)."""
+    import torch
 
+    from kernelsmith.referee.worker import set_precision
 
-def compiled_time(model, inputs: list, mode: str | None) -> tuple[float | None, float, str]:  # noqa: ANN001
+    set_precision(precision)
     torch._dynamo.reset()
     try:
-        fn = torch.compile(model, mode=mode) if mode else torch.compile(model)
+        fn = torch.compile(reference)
         t0 = time.perf_counter()
         with torch.no_grad():
-            fn(*inputs)
-            fn(*inputs)
-        return bench(fn, inputs), time.perf_counter() - t0, ""
+            fn(*x)
+            fn(*x)
+        sync()
+        return fn, time.perf_counter() - t0, ""
     except Exception as exc:  # noqa: BLE001
         return None, 0.0, f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def run_task(path: Path, args: argparse.Namespace, workdir: Path) -> dict:
-    rel = str(path.relative_to(ROOT / "tasks"))
+def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) -> dict:
+    import torch
+
+    from kernelsmith.compiler import SeedUnsupported, generate_seed
+    from kernelsmith.referee.worker import set_precision
+    from kernelsmith.task import Task, load_module
+    from kernelsmith.workshop.offline import tune
+    from kernelsmith.workshop.offline.mutate import knobs
+
+    p = args.precision
     task = Task.load(path, device=DEVICE)
-    module = load_module(task.source, str(path), "offline_task_" + path.stem)
+    module = load_module(task.source, str(path), "offline_task_" + re.sub(r"\W", "_", path.stem))
+    set_precision(p)
     reference = build(module, "Model")
     x = inputs_for(module, 0)
-    set_precision(args.precision)
-    row: dict = {"task": rel, "precision": args.precision, "eager_ms": bench(reference, x)}
+    checks = []
+    for s in (1234, 4321):
+        xc = inputs_for(module, s)
+        with torch.no_grad():
+            checks.append((xc, outs(reference(*[v.clone() if isinstance(v, torch.Tensor) else v for v in xc]))))
+    sync()
+    dots = bool(DOTS.search(task.source))
+    row: dict[str, Any] = {"precision": p, "fp32_dots": dots}
+
+    # 1. prepare: compile caches for the baselines, the seed, the sampled variants
     if not args.skip_compile:
-        for key, mode in (("compile", None), ("max_autotune", "max-autotune")):
-            ms, secs, err = compiled_time(reference, x, mode)
-            row.update({f"{key}_ms": ms, f"{key}_compile_s": round(secs, 1), f"{key}_error": err})
-    if args.precision != "tf32":  # the same baselines with TF32 allowed: one tf32 pass per fp32 dot
-        set_precision("tf32")
-        row["eager_tf32_ms"] = bench(reference, x)
-        if not args.skip_compile:
-            ms, secs, err = compiled_time(reference, x, None)
-            row.update({"compile_tf32_ms": ms, "compile_tf32_compile_s": round(secs, 1), "compile_tf32_error": err})
-        set_precision(args.precision)
-    else:
-        row["eager_tf32_ms"], row["compile_tf32_ms"] = row["eager_ms"], row.get("compile_ms")
-    torch._dynamo.reset()
+        for key, prec in ((p, p), ("tf32", "tf32")) if dots and p != "tf32" else ((p, p),):
+            fn, secs, err = compiled(reference, x, prec)
+            row[f"compile_{key}_compile_s"], row[f"compile_{key}_error"] = round(secs, 1), err
+        set_precision(p)
+        torch._dynamo.reset()
+    t0 = time.perf_counter()
     try:
-        seed = generate_seed(task.source, filename=str(path), precision=args.precision)
+        seed = generate_seed(task.source, filename=str(path), policy=args.policy, precision=p)
     except SeedUnsupported as exc:
         row["seed_error"] = str(exc)
-        return row
-    row["patterns"] = seed.patterns
-    seed_ms, why = screen(seed.source, module, reference, workdir)
-    row.update(seed_ms=seed_ms, seed_screen_error=why)
-    if seed_ms is None:
-        best_src, best_ms, log = seed.source, None, []
-    else:
-        best_src, best_ms, log = tune(seed.source, seed_ms, module, reference, workdir, args.variants)
-    row.update(tuned_ms=best_ms, tuning=log, tuned_source=best_src)
-    del reference, x
-    if DEVICE == "cuda":
-        torch.cuda.empty_cache()
-    v = evaluate(task, Candidate(best_src, "tuned"), EvalOptions(device=DEVICE, timeout_s=300, precision=args.precision,
-                                                                    timing={"budget_s": args.budget_s}))
-    row.update(status=v.status.value, speedup=v.speedup, speedup_ci=v.speedup_ci, ref_ms=v.ref_ms,
-               cand_ms=v.cand_ms, max_rel_err=v.max_rel_err, error=v.error[:500],
-               guards=[g.name for g in v.guards], eval_phases_s=v.timing.get("phases_s"))
+        seed = None
+    row["seed_s"] = round(time.perf_counter() - t0, 2)
+    programs: dict[str, tuple[str, Any]] = {}  # label -> (source, built model)
+    space = parsed = None
+    if seed is not None:
+        row.update(patterns=seed.patterns, externs=getattr(seed, "externs", None))
+        cand, why = prepare(seed.source, module, checks, workdir)
+        row["seed_check"] = why or "correct"
+        if cand is not None:
+            programs["seed"] = (seed.source, cand)
+            parsed = tune.parse(seed.source, knobs)
+        if parsed is not None:
+            space = tune.space_of(parsed)
+            rng = random.Random(f"{path.name}:{args.seed}")
+            configs = [c for c in dict.fromkeys(tune.latin_hypercube(space, args.variants, rng)) if c != parsed.config]
+            row["space"] = {"knobs": list(space.names), "size": space.size(), "seed": list(parsed.config)}
+            for c in configs:
+                src = tune.with_config(seed.source, space, c, knobs)
+                built, why = prepare(src, module, checks, workdir)
+                row.setdefault("variants", []).append({"config": list(c), "check": why or "correct"})
+                if built is not None:
+                    programs[space.describe(c)] = (src, built)
+
+    # 2. time under the lease: baselines, then every program, then the faster half again
+    times: dict[str, float] = {}
+    with lease:
+        row.update(time_baselines(reference, x, p, dots and not args.skip_compile, args.skip_compile))
+        for label, (_, built) in programs.items():
+            times[label] = bench(built, x, 40)
+        alive = sorted(times, key=times.get)[: max(2, len(times) // 2)]
+        for label in alive:
+            times[label] = min(times[label], bench(programs[label][1], x, 100))
+    best = min(times, key=times.get) if times else None
+
+    # the best's one-knob neighbours, compiled outside the lease, timed in a second one
+    if best is not None and space is not None:
+        best_parsed = tune.parse(programs[best][0], knobs)
+        near = [c for c in tune.neighbours(space, best_parsed.config, random.Random(args.seed))
+                if space.describe(c) not in programs][: args.neighbours] if best_parsed is not None else []
+        for c in near:
+            src = tune.with_config(seed.source, space, c, knobs)
+            built, why = prepare(src, module, checks, workdir)
+            row.setdefault("neighbours", []).append({"config": list(c), "check": why or "correct"})
+            if built is not None:
+                programs[space.describe(c)] = (src, built)
+        fresh = [space.describe(c) for c in near if space.describe(c) in programs]
+        if fresh:
+            with lease:
+                for label in fresh:
+                    times[label] = bench(programs[label][1], x, 100)
+                times[best] = min(times[best], bench(programs[best][1], x, 100))
+            best = min(times, key=times.get)
+    row.update(seed_ms=times.get("seed"), tuned_ms=times.get(best) if best else None, best=best,
+               programs_timed=len(times), best_source=programs[best][0] if best else None)
+    set_precision(p)
     return row
+
+
+def time_baselines(reference: Any, x: list, p: str, tf32: bool, skip_compile: bool) -> dict[str, Any]:
+    """Eager and torch.compile at `p`, and with TF32 allowed where the task has fp32 dots (compiled from the warm
+    caches the preparation left; the compile seconds here are cache loads)."""
+    from kernelsmith.referee.worker import set_precision
+
+    out: dict[str, Any] = {}
+    for key in (p, "tf32") if tf32 and p != "tf32" else (p,):
+        set_precision(key)
+        out[f"eager_{key}_ms"] = bench(reference, x, 100)
+        if not skip_compile:
+            fn, secs, err = compiled(reference, x, key)
+            out[f"compile_{key}_ms"] = bench(fn, x, 100) if fn is not None else None
+            out[f"compile_{key}_load_s"] = round(secs, 1)
+            out[f"compile_{key}_error"] = err or out.get(f"compile_{key}_error", "")
+    if p != "tf32" and "eager_tf32_ms" not in out:  # no fp32 dot: the flag changes nothing
+        out["eager_tf32_ms"], out["compile_tf32_ms"] = out[f"eager_{p}_ms"], out.get(f"compile_{p}_ms")
+    set_precision(p)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ the parent
+
+
+class Worker:
+    def __init__(self, ctx: Any, args: argparse.Namespace):
+        self.conn, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=worker, args=(theirs, args), daemon=True)
+        self.proc.start()
+        theirs.close()
+        self.task: str | None = None
+        self.started = 0.0
+        self.frozen_s = 0.0  # time stopped or waiting for the lease: not counted against the task
+        self.queued_at = 0.0
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def busy_s(self) -> float:
+        return time.monotonic() - self.started - self.frozen_s
+
+
+def run_all(files: list[Path], args: argparse.Namespace, save: Any) -> list[dict]:
+    """Hand the files to the workers, arbitrate the timing lease, kill a task past its time."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")
+    pending = deque(str(f) for f in files)
+    workers = [Worker(ctx, args) for _ in range(min(args.workers, len(files)) or 1)]
+    rows: list[dict] = []
+    holder: Worker | None = None
+    frozen_at = 0.0
+    queue: deque[Worker] = deque()
+    t_start = time.monotonic()
+
+    def unfreeze() -> None:
+        nonlocal holder
+        gone = time.monotonic() - frozen_at
+        for w in workers:
+            if w is not holder:
+                w.frozen_s += gone
+                w.signal(signal.SIGCONT)
+        holder = None
+
+    def finish(w: Worker, row: dict) -> None:
+        rows.append(row)
+        save(rows)
+        print(f"{row['task']}: seed {row.get('seed_check', row.get('seed_error', row.get('crash', ''))[:80])} "
+              f"({row.get('worker_s')} s)", flush=True)
+        w.task = None
+
+    while pending or any(w.task for w in workers):
+        for w in workers:
+            if w.task is None and pending and time.monotonic() - t_start < args.deadline_s:
+                w.task, w.started, w.frozen_s = pending.popleft(), time.monotonic(), 0.0
+                w.conn.send(("task", w.task))
+        if not any(w.task for w in workers):
+            break
+        for conn in wait([w.conn for w in workers if w.task], timeout=1.0):
+            w = next(w for w in workers if w.conn is conn)
+            try:
+                kind, payload = conn.recv()
+            except (EOFError, OSError):
+                kind, payload = "died", None
+            if kind == "want":
+                w.queued_at = time.monotonic()
+                queue.append(w)
+            elif kind == "release":
+                unfreeze()
+            elif kind == "row":
+                finish(w, payload)
+            elif kind == "died":
+                if holder is w:
+                    unfreeze()
+                finish(w, {"task": w.task, "level": level_of(Path(w.task)), "crash": "worker died",
+                           "worker_s": round(w.busy_s(), 1)})
+                workers[workers.index(w)] = Worker(ctx, args)
+        for w in list(workers):
+            frozen = holder is not None and w is not holder
+            if w.task and not frozen and w not in queue and w.busy_s() > args.task_timeout_s:
+                w.signal(signal.SIGKILL)
+                w.proc.join(5)
+                if holder is w:
+                    unfreeze()
+                finish(w, {"task": w.task, "level": level_of(Path(w.task)), "worker_s": round(w.busy_s(), 1),
+                           "crash": f"killed after {args.task_timeout_s:g} s of work"})
+                workers[workers.index(w)] = Worker(ctx, args)
+        if holder is None and queue:
+            holder = queue.popleft()
+            if holder.task is None or not holder.proc.is_alive():
+                holder = None
+                continue
+            frozen_at = time.monotonic()
+            holder.frozen_s += frozen_at - holder.queued_at
+            for w in workers:
+                if w is not holder:
+                    w.signal(signal.SIGSTOP)
+            holder.conn.send(("go", None))
+    for w in workers:
+        w.signal(signal.SIGCONT)
+        try:
+            w.conn.send(("stop", None))
+        except OSError:
+            pass
+    for w in workers:
+        w.proc.join(10)
+        if w.proc.is_alive():
+            w.signal(signal.SIGKILL)
+    skipped = [{"task": t, "level": level_of(Path(t)), "crash": "not started before the deadline"} for t in pending]
+    return rows + skipped
+
+
+def judge(rows: list[dict], args: argparse.Namespace) -> None:
+    """Step 3: every best program through the referee's pool, in parallel under the pool's timing lease."""
+    from kernelsmith.referee.pool import LocalPool
+    from kernelsmith.settings import EvalRequest, EvalSettings
+
+    todo = [r for r in rows if r.get("best_source")]
+    if not todo:
+        return
+    opts = EvalSettings(device=DEVICE, policy=args.policy, precision=args.precision, timeout_s=300,
+                        timing={"budget_s": args.budget_s})
+    pool = LocalPool(device=DEVICE, slots_per_gpu=args.slots) if DEVICE == "cuda" else LocalPool(device="cpu")
+    requests = [EvalRequest(task_source=Path(r["task"]).read_text(), task_name=Path(r["task"]).name,
+                            candidate_source=r["best_source"], options=opts) for r in todo]
+    t0 = time.monotonic()
+    for r, v in zip(todo, pool.evaluate_many(requests)):
+        r.update(status=v.get("status"), speedup=v.get("speedup"), speedup_ci=v.get("speedup_ci"),
+                 ref_ms=v.get("ref_ms"), cand_ms=v.get("cand_ms"), max_rel_err=v.get("max_rel_err"),
+                 error=(v.get("error") or "")[:500], verdict_precision=v.get("precision"))
+        ci = r.get("speedup_ci") or [0, 0]
+        r["kept"] = r["speedup"] if r["status"] == "correct" and ci[0] > 1 else 1.0
+    print(f"referee: {len(todo)} verdicts in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ the report
 
 
 def geomean(xs: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
 
 
-def fmt_geo(x: float | None) -> str:
+def fx(x: float | None) -> str:
     return f"{x:.2f}×" if x else "—"
 
 
-def ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}×" if a and b else "—"
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def report(rows: list[dict], p: str) -> str:
+    lines = [f"Speedups over eager [{p}]; [tf32]: TF32 allowed (one tf32 pass per fp32 dot; tasks without fp32 "
+             "dots are unaffected). ours = the referee's verdict of the fastest program; kept = ours when its "
+             "interval lies above 1, else the reference (1.00×).", "",
+             f"| task | eager [{p}] ms | torch.compile [{p}] | eager [tf32] | torch.compile [tf32] | seed [{p}] "
+             f"| tuned [{p}] | ours: referee [{p}] (95% CI) | kept | status |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        e = r.get(f"eager_{p}_ms")
+        if not e:
+            why = r.get("crash") or r.get("seed_error") or ""
+            lines.append(f"| {r['task'].split('/')[-2]}/{Path(r['task']).name} | — | | | | | | | | "
+                         f"{why.splitlines()[-1][:90] if why else '—'} |")
+            continue
+        sp = (f"{r['speedup']:.2f}× ({r['speedup_ci'][0]:.2f}–{r['speedup_ci'][1]:.2f})" if r.get("speedup") else "—")
+        lines.append(f"| {Path(r['task']).parent.name}/{Path(r['task']).name} | {e:.4f} | "
+                     f"{fx(ratio(e, r.get(f'compile_{p}_ms')))} | {fx(ratio(e, r.get('eager_tf32_ms')))} | "
+                     f"{fx(ratio(e, r.get('compile_tf32_ms')))} | {fx(ratio(e, r.get('seed_ms')))} | "
+                     f"{fx(ratio(e, r.get('tuned_ms')))} | {sp} | {fx(r.get('kept'))} | "
+                     f"{(r.get('status') or r.get('seed_check') or r.get('seed_error') or '')[:70]} |")
+    lines.append("")
+    for level in sorted({r["level"] for r in rows}):
+        mine = [r for r in rows if r["level"] == level and r.get(f"eager_{p}_ms")]
+        ours = [r["speedup"] for r in mine if r.get("status") == "correct" and r.get("speedup")]
+        kept = [r.get("kept") or 1.0 for r in mine]  # a task with no correct program keeps the reference
+        line = (f"{level}: {len(mine)} tasks timed; ours {fx(geomean(ours))} over its {len(ours)} correct; "
+                f"kept {fx(geomean(kept))} over all {len(mine)}")
+        for key, label in ((f"compile_{p}_ms", f"torch.compile [{p}]"), ("eager_tf32_ms", "eager [tf32]"),
+                           ("compile_tf32_ms", "torch.compile [tf32]")):
+            both = [r for r in mine if r.get(key)]
+            line += f"; {label} {fx(geomean([r[f'eager_{p}_ms'] / r[key] for r in both]))} over {len(both)}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("patterns", nargs="*", default=["level*/*.py"])
-    ap.add_argument("--variants", type=int, default=10, help="tuner variants screened per task")
+    from kernelsmith.settings import PRECISIONS
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("items", nargs="+", help="task files, or folders with level1/ level2/ ... (KernelBench)")
+    ap.add_argument("--sample", type=int, nargs="+", default=[12, 12, 8], help="files per level from a folder")
+    ap.add_argument("--include", nargs="*", default=[], help="file name substrings always taken from a folder")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--variants", type=int, default=12, help="sampled knob configurations per task")
+    ap.add_argument("--neighbours", type=int, default=6, help="one-knob neighbours of the best, timed after")
+    ap.add_argument("--policy", choices=["strict", "lenient"], default="lenient")
+    ap.add_argument("--precision", choices=list(PRECISIONS), default="tf32x3")
     ap.add_argument("--budget-s", type=float, default=0.5, help="the referee's timing budget")
+    ap.add_argument("--slots", type=int, default=None, help="the referee pool's slots (default: automatic)")
+    ap.add_argument("--task-timeout-s", type=float, default=240.0)
+    ap.add_argument("--deadline-s", type=float, default=420.0, help="no task is started after this")
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-compile", action="store_true")
+    ap.add_argument("--no-referee", action="store_true")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    ap.add_argument("--precision", choices=list(PRECISIONS), default="tf32x3",
-                    help="fp32 dots of the seed and of the eager/torch.compile baselines (the referee's setting)")
     ap.add_argument("--out", type=Path, default=Path("offline.json"))
     args = ap.parse_args()
-    global DEVICE
-    DEVICE = args.device
     if DEVICE == "cpu":
         args.skip_compile = True
-    tasks = list(dict.fromkeys(p for pat in args.patterns for p in sorted((ROOT / "tasks").glob(pat))))
-    env = {"date": str(date.today()), "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", "python": platform.python_version(),
-           "torch": torch.__version__, "triton": triton.__version__, "precision": args.precision,
-           "precision_means": PRECISIONS[args.precision]}
-    rows: list[dict] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for path in tasks:
-            t0 = time.perf_counter()
-            try:
-                row = run_task(path, args, Path(tmp))
-            except Exception as exc:  # noqa: BLE001 - one broken task must not lose the others' numbers
-                row = {"task": str(path.relative_to(ROOT / "tasks")), "crash": traceback.format_exc()[-2000:]}
-                print(f"{path.name}: {exc}", flush=True)
-            row["wall_s"] = round(time.perf_counter() - t0, 1)
-            rows.append(row)
-            args.out.write_text(json.dumps({"env": env, "results": rows}, indent=2))
-            print(f"{row['task']}: {row.get('status')} {row.get('speedup')} {row.get('speedup_ci')} "
-                  f"({row['wall_s']} s) {row.get('error', '')[:200]}", flush=True)
-    p = args.precision
-    print(f"\n{env}\n")
-    print(f"Speedups over eager [{p}] ({PRECISIONS[p]}); [tf32]: TF32 allowed, one tf32 pass per fp32 dot.\n")
-    print(f"| task | eager [{p}] ms | torch.compile [{p}] | max-autotune [{p}] | eager [tf32] | torch.compile [tf32] "
-          f"| seed [{p}] (do_bench) | tuned [{p}] (do_bench) | referee speedup [{p}] (95% CI) | status |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        e = r.get("eager_ms")
-        sp = (f"{r['speedup']:.2f}× ({r['speedup_ci'][0]:.2f}–{r['speedup_ci'][1]:.2f})"
-              if r.get("speedup") else "—")
-        print(f"| {r['task']} | {e:.4f} | {ratio(e, r.get('compile_ms'))} | {ratio(e, r.get('max_autotune_ms'))} "
-              f"| {ratio(e, r.get('eager_tf32_ms'))} | {ratio(e, r.get('compile_tf32_ms'))} "
-              f"| {ratio(e, r.get('seed_ms'))} | {ratio(e, r.get('tuned_ms'))} | {sp} "
-              f"| {r.get('status', r.get('seed_error', 'crash'))[:60]} |" if e else f"| {r['task']} | crash |")
-    for level in ("level1", "level2", "level3"):
-        mine = [r for r in rows if r["task"].startswith(level) and r.get("eager_ms")]
-        ok = [r["speedup"] for r in mine if r.get("status") == "correct" and r.get("speedup")]
-        line = f"{level}: geomean referee speedup [{p}] {fmt_geo(geomean(ok))} over {len(ok)} correct tasks"
-        for key, label in (("compile_ms", f"torch.compile [{p}]"), ("eager_tf32_ms", "eager [tf32]"),
-                           ("compile_tf32_ms", "torch.compile [tf32]")):
-            xs = [r["eager_ms"] / r[key] for r in mine if r.get(key)]
-            line += f"; {label} {fmt_geo(geomean(xs))} over {len(xs)}"
-        print(line)
+    files = select(args.items, args.sample, args.include)
+    if not files:
+        sys.exit(f"{' '.join(args.items)}: no task files")
+    import torch
+    import triton
+
+    env = {"date": str(date.today()), "device": "cpu" if DEVICE == "cpu" else "(see rows: the parent makes no "
+           "CUDA context before the workers)", "python": platform.python_version(), "torch": torch.__version__,
+           "triton": triton.__version__, "precision": args.precision, "precision_means": PRECISIONS[args.precision],
+           "policy": args.policy, "command": " ".join(sys.argv), "files": [str(f) for f in files]}
+
+    def save(rows: list[dict]) -> None:
+        args.out.write_text(json.dumps({"env": env, "results": rows}, indent=1, default=repr))
+
+    t0 = time.monotonic()
+    rows = run_all(files, args, save)
+    env["search_s"] = round(time.monotonic() - t0, 1)
+    if DEVICE == "cuda":
+        env["device"] = torch.cuda.get_device_name()
+    if not args.no_referee:
+        judge(rows, args)
+    env["wall_s"] = round(time.monotonic() - t0, 1)
+    save(rows)
+    print(f"\n{json.dumps({k: v for k, v in env.items() if k != 'files'})}\n")
+    print(report(rows, args.precision))
 
 
 if __name__ == "__main__":

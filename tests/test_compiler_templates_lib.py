@@ -387,3 +387,58 @@ def test_strict_seed_with_library_kernels_is_correct(tmp_path: Path) -> None:
     v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
     assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
     assert v.kernels
+
+
+# ------------------------------------------------------------------------ layer norm: split when rows are few
+
+_LN_TASK = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+rows = {rows}
+shape = {shape}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(shape)
+        with torch.no_grad():  # not the ones/zeros of a fresh module: the affine must be applied per element
+            self.ln.weight.normal_()
+            self.ln.bias.normal_()
+
+    def forward(self, x):
+        return F.layer_norm(self.ln(x) * 2.0, shape[-1:], eps=1e-3)
+
+
+def get_inputs():
+    return [torch.randn(rows, *shape) * 3 + 1]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("rows, shape, library", [
+    (3, (8, 32, 40), True),     # 3 rows of 10,240: one program a row would idle a GPU -> the split reduction
+    (64, (48,), False),         # many short rows: the fused reduction template keeps it (and fuses the * 2)
+])
+def test_layer_norm_split_only_when_rows_are_few(rows: int, shape: tuple, library: bool, tmp_path: Path) -> None:
+    """nn.LayerNorm over few long rows becomes the norm library's split reduction (KernelBench's LayerNorm:
+    16 rows of 4M elements); over many rows the entry declines and the fused template keeps it, under both
+    policies; either way the referee finds the seed correct (affine per element, hidden shapes)."""
+    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+
+    source = _LN_TASK.format(rows=rows, shape=shape)
+    task = tmp_path / "task_layer_norm.py"
+    task.write_text(source)
+    for policy in ("strict", "lenient"):
+        result = generate_seed(source, filename=str(task), policy=policy)
+        assert ("library:norm" in result.patterns) is library, result.patterns
+        assert not result.externs
+    cand = tmp_path / "seed.py"
+    cand.write_text(result.source)
+    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
+    assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"

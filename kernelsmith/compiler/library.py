@@ -16,7 +16,10 @@ A module `kernelsmith/compiler/templates/<family>.py` (today: `conv`, `pool`, `n
 mapping op keys to entry functions. `registry()` imports those modules (those that exist) on first use and
 merges their ENTRIES; a key defined twice keeps the first module's (order: `_FAMILIES`). An entry returns the
 kernel family and the launcher's call arguments as Python expressions (built from `NodeInfo.args`,
-`.kwargs`, `.module_expr`, `.params`), or refuses with `raise info.refuse("why")` (a `SeedUnsupported`).
+`.kwargs`, `.module_expr`, `.params`), or refuses with `raise info.refuse("why")` (a `SeedUnsupported`), or
+declines with `raise info.decline("why")` (`Declined`): the node is left to the fusing templates under either
+policy — for an op the templates cover too, where the library kernel only pays at some shapes (LayerNorm over
+few long rows: a split reduction; over many rows the fused reduction template, which also fuses neighbours).
 
 Op keys
 -------
@@ -60,10 +63,14 @@ import torch.fx as fx
 
 from kernelsmith.compiler.ir import SeedUnsupported
 
-__all__ = ["ENTRIES", "LibraryKernel", "NodeInfo", "SeedUnsupported", "TensorInfo", "registry"]
+__all__ = ["ENTRIES", "Declined", "LibraryKernel", "NodeInfo", "SeedUnsupported", "TensorInfo", "registry"]
 
 # The template modules whose ENTRIES are merged, in precedence order.
 _FAMILIES = ("conv", "pool", "norm")
+
+
+class Declined(Exception):
+    """An entry leaves the node to the fusing templates (not a refusal: the templates cover it)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,10 @@ class NodeInfo:
     def refuse(self, why: str) -> SeedUnsupported:
         """The entry's refusal: `raise info.refuse("transposed conv with output_padding")`."""
         return SeedUnsupported(f"{self.where}: {why}" if self.where else why)
+
+    def decline(self, why: str) -> Declined:
+        """The entry's "the templates do better here": `raise info.decline("many short rows")`."""
+        return Declined(f"{self.where}: {why}" if self.where else why)
 
 
 Entry = Callable[[NodeInfo], "tuple[LibraryKernel, list[str]]"]

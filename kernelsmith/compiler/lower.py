@@ -31,7 +31,7 @@ from kernelsmith.compiler.ir import (
     _qualname,
     _Val,
 )
-from kernelsmith.compiler.library import NodeInfo, TensorInfo, check_kernel, op_key, registry
+from kernelsmith.compiler.library import Declined, NodeInfo, TensorInfo, check_kernel, op_key, registry
 
 
 def _known(node: fx.Node, gm: fx.GraphModule) -> bool:
@@ -317,6 +317,8 @@ class _Lowerer:
                 training=bool(getattr(mod, "training", False)), where=self.here())
             lib, call_args = entry(info)
             check_kernel(lib)
+        except Declined:
+            return None
         except SeedUnsupported:
             if self.policy == "lenient":
                 return None

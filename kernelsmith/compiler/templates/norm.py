@@ -1,4 +1,4 @@
-"""Library kernel: batch, group and instance normalisation (modules and `F.*` forms), training and eval.
+"""Library kernel: batch, group, instance and (over few long rows) layer normalisation, modules and `F.*` forms.
 
 All three are one pattern: statistics (mean, biased variance) per *row* of a contiguous (N, C, S) view, then an
 elementwise apply. A row is a channel across the batch for BatchNorm (N segments of S elements, C apart), an
@@ -11,6 +11,12 @@ variance); kernel 3 normalises and applies the per-channel affine, and bumps `nu
 InstanceNorm with `track_running_stats` averages its per-instance statistics over the batch into the running
 buffers (torch's rule) in a small fourth kernel. Everything is read at run time (hidden sizes work); the
 block size and target program count are module-level knobs.
+
+LayerNorm is the same pattern with rows of prod(normalized_shape) elements and a per-element affine. It comes here
+only when the traced rows are few and long (`LAYER_NORM_SPLIT_ROWS`, `LAYER_NORM_SPLIT_LENGTH`): one program per
+row (the fused reduction template) would leave most of the GPU idle — KernelBench's LayerNorm has 16 rows of 4M
+elements for 132 multiprocessors. Otherwise the entry declines and the fused template, which also fuses the
+norm's neighbours, keeps it.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from kernelsmith.compiler.library import LibraryKernel, NodeInfo, TensorInfo
+from kernelsmith.compiler.library import LibraryKernel, NodeInfo, SeedUnsupported, TensorInfo
 from kernelsmith.compiler.templates.conv import bind_args
 
 _SOURCE = '''
@@ -222,6 +228,26 @@ def _ks_instance_norm(x, running_mean=None, running_var=None, weight=None, bias=
         _ks_norm_running_kernel[(C,)](mean, var, running_mean, running_var, N, C, float(S),
                                       float(momentum or 0.0), BLOCK=min(triton.next_power_of_2(N), 1024))
     return _ks_norm_apply(x, mean, var, weight, bias, eps, C, S, S, N * C)
+
+
+def _ks_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """torch's layer norm: statistics per row of prod(normalized_shape) trailing elements (a split reduction),
+    the affine per element of that span."""
+    shape = tuple(normalized_shape) if isinstance(normalized_shape, (list, tuple, torch.Size)) else (
+        int(normalized_shape),)
+    if tuple(x.shape[x.dim() - len(shape):]) != shape:
+        raise ValueError(f"layer_norm: normalized_shape {shape} does not end input shape {tuple(x.shape)}")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"layer_norm: input dtype {x.dtype}")
+    x = x.contiguous()
+    length = _ks_prod(shape)
+    if x.numel() == 0:
+        return torch.empty_like(x)
+    rows = x.numel() // length
+    w = weight.contiguous() if weight is not None else None
+    b = bias.contiguous() if bias is not None else None
+    mean, var = _ks_norm_stats(x, rows, length, length, 0, length)
+    return _ks_norm_apply(x, mean, var, w, b, eps, length, 1, length, rows)
 '''
 
 
@@ -281,6 +307,60 @@ def _instance_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
     return _kernel("_ks_instance_norm"), [info.args[0], rm, rv, w, b, use, mom, f"{m}.eps"]
 
 
+LAYER_NORM_SPLIT_ROWS = 512  # fewer traced rows than this (about 4 per multiprocessor) ...
+LAYER_NORM_SPLIT_LENGTH = 8192  # ... of at least this many elements: the split reduction
+
+
+def _layer_norm(info: NodeInfo, x: TensorInfo, normalized: tuple[int, ...], call: list[str]) -> tuple[
+        LibraryKernel, list[str]]:
+    length = 1
+    for d in normalized:
+        length *= int(d)
+    rows = 1
+    for d in x.shape[:len(x.shape) - len(normalized)]:
+        rows *= int(d)
+    if rows >= LAYER_NORM_SPLIT_ROWS or length < LAYER_NORM_SPLIT_LENGTH:
+        raise info.decline(f"{rows} rows of {length}: the fused reduction template fills the GPU")
+    return _kernel("_ks_layer_norm"), call
+
+
+def _layer_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
+    x = _float_input(info)
+    m, w, b = _module_parts(info)
+    normalized = tuple(info.hyper.get("normalized_shape") or ())
+    if not normalized:
+        raise info.decline("normalized_shape unknown")
+    return _layer_norm(info, x, normalized, [info.args[0], f"{m}.normalized_shape", w, b, f"{m}.eps"])
+
+
+def _or_templates(entry: Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]) -> Callable[
+        [NodeInfo], tuple[LibraryKernel, list[str]]]:
+    """LayerNorm had the fused template before it had this entry: any form the entry cannot take goes back there."""
+    def wrapped(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
+        try:
+            return entry(info)
+        except SeedUnsupported as exc:
+            raise info.decline(str(exc)) from None
+    return wrapped
+
+
+_LN_SIG = ("normalized_shape", "weight", "bias", "eps")
+_LN_DEF = {"weight": "None", "bias": "None", "eps": "1e-05"}
+
+
+def _layer_norm_functional(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
+    x = _float_input(info)
+    if "input" in info.kwargs:
+        raise info.decline("input= given by keyword")
+    shape = info.values[1] if len(info.values) > 1 else info.kwvalues.get("normalized_shape")
+    if isinstance(shape, int):
+        shape = (shape,)
+    if not isinstance(shape, (list, tuple)) or not all(type(d) is int for d in shape):
+        raise info.decline("normalized_shape not a constant")
+    a = bind_args(info, _LN_SIG, _LN_DEF, skip=1)
+    return _layer_norm(info, x, tuple(shape), [info.args[0], *(a[n] for n in _LN_SIG)])
+
+
 _BN_SIG = ("running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
 _BN_DEF = {"weight": "None", "bias": "None", "training": "False", "momentum": "0.1", "eps": "1e-05"}
 _GN_SIG = ("num_groups", "weight", "bias", "eps")
@@ -303,6 +383,8 @@ def _functional(launcher: str, sig: Sequence[str],
 
 ENTRIES: dict[str, Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]] = {
     "nn.GroupNorm": _group_norm_module,
+    "nn.LayerNorm": _or_templates(_layer_norm_module),
+    "F.layer_norm": _or_templates(_layer_norm_functional),
     "F.batch_norm": _functional("_ks_batch_norm", _BN_SIG, _BN_DEF),
     "F.group_norm": _functional("_ks_group_norm", _GN_SIG, _GN_DEF),
     "F.instance_norm": _functional("_ks_instance_norm", _IN_SIG, _IN_DEF),
