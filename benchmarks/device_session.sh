@@ -1,9 +1,16 @@
 #!/bin/bash
-# One device call that re-measures the referee (issue 14): GPU tests, wall per evaluation, the pool's
-# throughput on a mixed batch, optionally A/A. Each step has its own time limit, logs under $OUT, and runs
-# whatever the previous one did. Usage (on the device, repo root, `.dev` carried):
-#   bash benchmarks/device_session.sh TAG "tests speed pool"      or      ... TAG "aa"
+# One device call: the referee (issue 14: GPU tests, wall per evaluation, the pool's throughput, A/A), the
+# offline compiler on KernelBench beside torch.compile and its GPU coverage (issue 17), optimize on whole models
+# (issue 18). Each step has its own time limit, logs under $OUT, and runs whatever the previous one did.
+# Usage (on the device, repo root; `.dev` (bubblewrap) and `.whl` (pydantic, sqlalchemy, openai) carried, `.kb`
+# (KernelBench's level1-3 files) for the KernelBench steps):
+#   bash benchmarks/device_session.sh TAG "tests speed pool"    ... TAG "aa"    ... TAG "ovc"    ... TAG "sweep optimize"
 set -u
+if [ -d .whl ] && [ -z "${KS_WHEELS_DONE:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} KS_WHEELS_DONE=1 || exit 1
+fi
+kb=${KB:-.kb/KernelBench}
 tag=${1:?tag}; steps=${2:-"tests speed pool"}
 export KERNELSMITH_BWRAP=$PWD/.dev/bwrap.sh PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -18,7 +25,15 @@ for s in $steps; do
     speed) timeout 200 $py benchmarks/referee_speed.py --device cuda --n 5 --small --kb --out "$out/${tag}_speed.json" > "$out/${tag}_speed.log" 2>&1 ;;
     pool)  timeout -k 5 150 $py benchmarks/pool_throughput.py --n 60 --slots ${SLOTS:-8} --no-serial --timeout 30 --out "$out/${tag}_pool60.json" > "$out/${tag}_pool60.log" 2>&1 ;;
     aa)    timeout -k 5 110 $py benchmarks/referee_aa.py --repeats 3 --baseline-repeats 3 --out "$out/${tag}_aa.json" > "$out/${tag}_aa.log" 2>&1 ;;
+    ovc)   timeout -k 5 ${OVC_S:-540} $py benchmarks/offline_vs_compile.py "$kb" --sample ${SAMPLE:-12 12 8} \
+             --include 40_LayerNorm --workers ${WORKERS:-8} --deadline-s ${DEADLINE:-270} \
+             --hard-deadline-s ${HARD:-380} --task-timeout-s 200 --out "$out/${tag}_ovc.json" > "$out/${tag}_ovc.log" 2>&1 ;;
+    sweep) timeout -k 5 ${SWEEP_S:-240} $py benchmarks/kernelbench_sweep.py "$kb" --policy ${POLICY:-lenient} --check \
+             --device cuda --no-set-check --shrink-above 16 --timeout-s 90 --jobs ${JOBS:-12} \
+             --out "$out/${tag}_sweep.json" > "$out/${tag}_sweep.log" 2>&1 ;;
+    optimize) timeout -k 5 ${OPT_S:-420} $py benchmarks/optimize_models.py --kb "$kb" --device cuda \
+             --out "$out/${tag}_optimize.json" > "$out/${tag}_optimize.log" 2>&1 ;;
   esac
   echo "step $s rc=$? ${SECONDS} s"
-  tail -n 12 "$out/${tag}_"*"${s/tests/gpu_tests}"*.log 2>/dev/null
+  tail -n ${TAIL:-12} "$out/${tag}_"*"${s/tests/gpu_tests}"*.log 2>/dev/null
 done

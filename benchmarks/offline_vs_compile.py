@@ -11,7 +11,8 @@ C of level 3, spread evenly over each level's sorted list (deterministic), plus 
 Per task, in worker processes (`--workers`, each with its own CUDA context), all at `--precision` (the referee's
 setting: ieee | tf32x3 | tf32; see `kernelsmith.referee.worker.set_precision`):
 
-1. **prepare** (in parallel): the task at its sizes; the offline compiler's seed (`generate_seed`, `--policy`);
+1. **prepare** (in parallel): the task at its sizes; the offline compiler's seed (`generate_seed`, `--policy`;
+   under lenient, a task whose seed has Triton convolutions also gets a seed with cuDNN's, `vendor=("conv",)`);
    tuner variants — a Latin-hypercube sample of the seed's launch knobs taken jointly (the product tuner's
    space and sampler, `kernelsmith.workshop.offline.tune`), each compiled and checked against eager on a fresh
    input (the referee's tolerances); `torch.compile` warmed at the precision and with TF32 allowed (so timing
@@ -259,33 +260,46 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
             row[f"compile_{key}_compile_s"], row[f"compile_{key}_error"] = round(secs, 1), err
         set_precision(p)
         torch._dynamo.reset()
-    t0 = time.perf_counter()
-    try:
-        seed = generate_seed(task.source, filename=str(path), policy=args.policy, precision=p)
-    except SeedUnsupported as exc:
-        row["seed_error"] = str(exc)
-        seed = None
-    row["seed_s"] = round(time.perf_counter() - t0, 2)
+    # the seeds: the compiler's, and under lenient with library convolutions also one with cuDNN's (an extern,
+    # its epilogue still fused): which is faster depends on the shapes, so both are timed
+    seeds: dict[str, Any] = {}
+    for label, vendor in (("seed", ()), ("seed[cuDNN conv]", ("conv",))):
+        t0 = time.perf_counter()
+        try:
+            seeds[label] = generate_seed(task.source, filename=str(path), policy=args.policy, precision=p,
+                                         vendor=vendor)
+        except SeedUnsupported as exc:
+            row.setdefault("seed_error", str(exc))
+        row[f"{label}_s"] = round(time.perf_counter() - t0, 2)
+        if label == "seed" and (args.policy != "lenient" or "library:conv" not in getattr(
+                seeds.get("seed"), "patterns", [])):
+            break
     programs: dict[str, tuple[str, Any]] = {}  # label -> (source, built model)
-    space = parsed = None
-    if seed is not None:
-        row.update(patterns=seed.patterns, externs=getattr(seed, "externs", None))
+    spaces: dict[str, tuple[Any, str]] = {}  # label -> (its seed's knob space, that seed's source)
+    for label, seed in seeds.items():
+        row.setdefault("patterns", {})[label] = seed.patterns
+        row.setdefault("externs", {})[label] = seed.externs
         cand, why = prepare(seed.source, module, checks, workdir)
-        row["seed_check"] = why or "correct"
+        row[f"{label}_check"] = why or "correct"
+        row.setdefault("seed_check", why or "correct")
+        parsed = tune.parse(seed.source, knobs) if cand is not None else None
         if cand is not None:
-            programs["seed"] = (seed.source, cand)
-            parsed = tune.parse(seed.source, knobs)
-        if parsed is not None:
-            space = tune.space_of(parsed)
-            rng = random.Random(f"{path.name}:{args.seed}")
-            configs = [c for c in dict.fromkeys(tune.latin_hypercube(space, args.variants, rng)) if c != parsed.config]
-            row["space"] = {"knobs": list(space.names), "size": space.size(), "seed": list(parsed.config)}
-            for c in configs:
-                src = tune.with_config(seed.source, space, c, knobs)
-                built, why = prepare(src, module, checks, workdir)
-                row.setdefault("variants", []).append({"config": list(c), "check": why or "correct"})
-                if built is not None:
-                    programs[space.describe(c)] = (src, built)
+            programs[label] = (seed.source, cand)
+        if parsed is None:
+            continue
+        space = tune.space_of(parsed)
+        spaces[label] = (space, seed.source)
+        rng = random.Random(f"{path.name}:{label}:{args.seed}")
+        n = args.variants // len(seeds)
+        configs = [c for c in dict.fromkeys(tune.latin_hypercube(space, n, rng)) if c != parsed.config]
+        row.setdefault("space", {})[label] = {"knobs": list(space.names), "size": space.size(),
+                                              "seed": list(parsed.config)}
+        for c in configs:
+            src = tune.with_config(seed.source, space, c, knobs)
+            built, why = prepare(src, module, checks, workdir)
+            row.setdefault("variants", []).append({"seed": label, "config": list(c), "check": why or "correct"})
+            if built is not None:
+                programs[f"{label}: {space.describe(c)}"] = (src, built)
 
     # 2. time under the lease: baselines, then every program, then the faster half again
     times: dict[str, float] = {}
@@ -299,25 +313,29 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
     best = min(times, key=times.get) if times else None
 
     # the best's one-knob neighbours, compiled outside the lease, timed in a second one
-    if best is not None and space is not None:
+    home = best.split(":")[0] if best else None
+    if home in spaces:
+        space, base = spaces[home]
         best_parsed = tune.parse(programs[best][0], knobs)
         near = [c for c in tune.neighbours(space, best_parsed.config, random.Random(args.seed))
-                if space.describe(c) not in programs][: args.neighbours] if best_parsed is not None else []
+                if f"{home}: {space.describe(c)}" not in programs][: args.neighbours] if best_parsed else []
+        fresh = []
         for c in near:
-            src = tune.with_config(seed.source, space, c, knobs)
+            src = tune.with_config(base, space, c, knobs)
             built, why = prepare(src, module, checks, workdir)
             row.setdefault("neighbours", []).append({"config": list(c), "check": why or "correct"})
             if built is not None:
-                programs[space.describe(c)] = (src, built)
-        fresh = [space.describe(c) for c in near if space.describe(c) in programs]
+                fresh.append(f"{home}: {space.describe(c)}")
+                programs[fresh[-1]] = (src, built)
         if fresh:
             with lease:
                 for label in fresh:
                     times[label] = bench(programs[label][1], x, 100)
                 times[best] = min(times[best], bench(programs[best][1], x, 100))
             best = min(times, key=times.get)
-    row.update(seed_ms=times.get("seed"), tuned_ms=times.get(best) if best else None, best=best,
-               programs_timed=len(times), best_source=programs[best][0] if best else None)
+    row.update(seed_ms=times.get("seed"), seed_cudnn_ms=times.get("seed[cuDNN conv]"),
+               tuned_ms=times.get(best) if best else None, best=best, programs_timed=len(times),
+               best_source=programs[best][0] if best else None)
     set_precision(p)
     return row
 
@@ -422,16 +440,25 @@ def run_all(files: list[Path], args: argparse.Namespace, save: Any) -> list[dict
                 finish(w, {"task": w.task, "level": level_of(Path(w.task)), "crash": "worker died",
                            "worker_s": round(w.busy_s(), 1)})
                 workers[workers.index(w)] = Worker(ctx, args)
+        cut = time.monotonic() - t_start > args.hard_deadline_s
         for w in list(workers):
             frozen = holder is not None and w is not holder
-            if w.task and not frozen and w not in queue and w.busy_s() > args.task_timeout_s:
+            over = w.task and not frozen and w not in queue and w.busy_s() > args.task_timeout_s
+            if over or (w.task and cut):
+                w.signal(signal.SIGCONT)
                 w.signal(signal.SIGKILL)
                 w.proc.join(5)
                 if holder is w:
                     unfreeze()
                 finish(w, {"task": w.task, "level": level_of(Path(w.task)), "worker_s": round(w.busy_s(), 1),
-                           "crash": f"killed after {args.task_timeout_s:g} s of work"})
-                workers[workers.index(w)] = Worker(ctx, args)
+                           "crash": f"killed after {args.task_timeout_s:g} s of work" if over else
+                           f"cut at the run's hard deadline ({args.hard_deadline_s:g} s)"})
+                if cut:
+                    workers.remove(w)
+                else:
+                    workers[workers.index(w)] = Worker(ctx, args)
+        if cut:
+            break
         if holder is None and queue:
             holder = queue.popleft()
             if holder.task is None or not holder.proc.is_alive():
@@ -544,7 +571,8 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=0.5, help="the referee's timing budget")
     ap.add_argument("--slots", type=int, default=None, help="the referee pool's slots (default: automatic)")
     ap.add_argument("--task-timeout-s", type=float, default=240.0)
-    ap.add_argument("--deadline-s", type=float, default=420.0, help="no task is started after this")
+    ap.add_argument("--deadline-s", type=float, default=300.0, help="no task is started after this")
+    ap.add_argument("--hard-deadline-s", type=float, default=420.0, help="tasks still running are cut here")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--no-referee", action="store_true")

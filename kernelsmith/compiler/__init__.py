@@ -43,6 +43,7 @@ them while tracing (`self.scale * 2`), reduction dims and pow exponents are spec
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +71,15 @@ __all__ = ["DEFAULT_PRECISION", "POLICIES", "PRECISIONS", "SeedResult", "SeedUns
 
 
 def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: list | None = None, *,
-                  filename: str = "<task>", policy: str = "strict", precision: str | None = None) -> SeedResult:
+                  filename: str = "<task>", policy: str = "strict", precision: str | None = None,
+                  vendor: Iterable[str] = ()) -> SeedResult:
     """Translate the task's `Model` into a Triton candidate (see the module docstring).
 
     `policy`: "strict" (every operator in a generated kernel, else `SeedUnsupported`) or "lenient" (an operator
     no template covers stays a torch call; at least one Triton kernel still does real work). `precision`: the
     fp32 matmul's `tl.dot` input precision, "ieee" | "tf32x3" | "tf32" (None: the default, "tf32x3").
+    `vendor` (lenient only): library families ("conv", "pool", "norm") whose operators stay torch calls —
+    cuDNN's convolution instead of the Triton implicit GEMM — with their neighbours still fused around them.
 
     `init_inputs` / `example_inputs` default to the task's own `get_init_inputs()` / `get_inputs()`; a string
     in `init_inputs`' place is taken as the task's file name (the form `generate_seed(source, path)`).
@@ -116,7 +120,7 @@ def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: lis
         signature, _ = _forward_signature(module.Model)
     finally:
         sys.modules.pop(name, None)
-    low = _Lowerer(gm, model, filename, policy)
+    low = _Lowerer(gm, model, filename, policy, frozenset(vendor))
     low.run()
     return _emit(task_source, low, signature, filename, precision or DEFAULT_PRECISION, policy)
 

@@ -168,6 +168,7 @@ def _flip(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
 ENTRIES: dict[str, Entry] = {"torch.flip": _flip, "Tensor.flip": _flip}
 
 _registry: dict[str, Entry] | None = None
+_families: dict[str, str] = {}  # op key -> the family module that registered it ("conv", "pool", ..., "demo")
 
 _FUNCTION_NAMESPACES = {
     "torch": "torch", "torch.functional": "torch", "torch._C._VariableFunctions": "torch",
@@ -208,11 +209,19 @@ def registry() -> dict[str, Entry]:
                 continue
             for key, fn in getattr(mod, "ENTRIES", {}).items():
                 merged.setdefault(key, fn)
+                _families.setdefault(key, fam)
         for key, fn in ENTRIES.items():
             merged.setdefault(key, fn)
+            _families.setdefault(key, "demo")
         _registry = merged
     return _registry
 
+
+
+def family_of(key: str) -> str | None:
+    """The family ("conv", "pool", "norm", "demo") whose entry serves `key`, None when none does."""
+    registry()
+    return _families.get(key)
 
 
 def check_kernel(lib: LibraryKernel) -> None:

@@ -31,7 +31,15 @@ from kernelsmith.compiler.ir import (
     _qualname,
     _Val,
 )
-from kernelsmith.compiler.library import Declined, NodeInfo, TensorInfo, check_kernel, op_key, registry
+from kernelsmith.compiler.library import (
+    Declined,
+    NodeInfo,
+    TensorInfo,
+    check_kernel,
+    family_of,
+    op_key,
+    registry,
+)
 
 
 def _known(node: fx.Node, gm: fx.GraphModule) -> bool:
@@ -75,8 +83,9 @@ class _Lowerer:
     """fx graph (with meta values) → IR values; composite ops are expanded here."""
 
     def __init__(self, gm: fx.GraphModule, model: torch.nn.Module, filename: str = "<task>",
-                 policy: str = "strict"):
+                 policy: str = "strict", vendor: frozenset[str] = frozenset()):
         self.gm, self.model, self.filename, self.policy = gm, model, filename, policy
+        self.vendor = vendor if policy == "lenient" else frozenset()  # library families left to torch's call
         self.externs: dict[fx.Node, _Val] = {}   # lenient: nodes left to torch
         self.vals: list[_Val] = []
         self.params: dict[str, _Val] = {}
@@ -291,7 +300,7 @@ class _Lowerer:
     def library(self, node: fx.Node) -> _Val | None:
         key = op_key(node, self.gm)
         entry = registry().get(key) if key else None
-        if entry is None:
+        if entry is None or family_of(key) in self.vendor:
             return None
         args = self._attrs(fx.node.map_arg(node.args, lambda n: self.env[n]))
         kwargs = dict(self._attrs(fx.node.map_arg(node.kwargs, lambda n: self.env[n])))
