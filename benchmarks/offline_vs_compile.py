@@ -255,7 +255,7 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
     sync()
     dots = bool(DOTS.search(task.source))
     row: dict[str, Any] = {"precision": p, "fp32_dots": dots, "set": overrides,
-                           "input_gib": round(input_bytes(module) / (1 << 30), 3)}
+                           "input_gib": round(input_bytes(module)[0] / (1 << 30), 3)}
 
     # 1. prepare: compile caches for the baselines, the seed, the sampled variants
     if not args.skip_compile:
@@ -344,40 +344,79 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
     return row
 
 
-def input_bytes(module: Any) -> int:
-    """The bytes of the task's inputs and of its outputs (the model run on the meta device: nothing allocated;
-    a convolution's output is often far larger than its input), or of the inputs alone where meta cannot run it."""
+def input_bytes(module: Any) -> tuple[int, bool]:
+    """(bytes, ran): the bytes of the task's inputs and of its outputs (the model run on the meta device: nothing
+    allocated; a convolution's output is often far larger than its input), or of the inputs alone where meta
+    cannot run it (`ran` False: an op without a meta kernel, or sizes the forward refuses)."""
     import torch
 
     def size(xs: Any) -> int:
         return sum(x.numel() * x.element_size() for x in outs(xs) if isinstance(x, torch.Tensor))
 
+    validate = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)  # HingeLoss's Pareto checks values
+    try:
+        with torch.device("meta"):
+            xs = module.get_inputs()
+    except Exception:  # noqa: BLE001 - an input maker meta cannot run: made for real, then sized on meta
+        xs = [x.to("meta") if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(validate)
     with torch.device("meta"):
-        xs = module.get_inputs()
         try:
             with torch.no_grad():
-                return size(xs) + size(module.Model(*module.get_init_inputs())(*xs))
-        except Exception:  # noqa: BLE001 - an op without a meta kernel: the inputs alone
-            return size(xs)
+                return size(xs) + size(module.Model(*module.get_init_inputs())(*xs)), True
+        except Exception:  # noqa: BLE001 - see `ran`
+            return size(xs), False
 
 
-def fit(path: Path, limit: int) -> dict[str, int]:
-    """`--set` overrides that halve the task's batch (its `batch_size`, else its largest even int constant) until
-    its inputs and outputs take at most `limit` bytes: KernelBench's current sizes (6 GiB inputs) would not let a few tasks
-    share the GPU. Empty when the task fits as shipped."""
-    from kernelsmith.task import Task, load_module
+def halvings(constants: dict[str, Any], derived: Any) -> list[dict[str, Any]]:
+    """Ways to halve the task's batch, in the order tried: its `batch_size` (else its largest even int), alone,
+    then with every constant that holds the same number (HingeLoss broadcasts `batch_size` against
+    `input_shape = (32768,)`: halving one alone breaks the forward), then the other even ints, largest first."""
+    ints = {k: v for k, v in constants.items() if type(v) is int and v > 1 and v % 2 == 0 and k not in derived}
+    order = sorted(ints, key=lambda k: (k != "batch_size", -ints[k]))
+    out: list[dict[str, Any]] = []
+    for name in order:
+        v = ints[name]
+        out.append({name: v // 2})
+        tied = {k: (c // 2 if type(c) is int else type(c)(e // 2 if e == v else e for e in c))
+                for k, c in constants.items() if k not in derived and k != name
+                and (c == v if type(c) is int else isinstance(c, (tuple, list)) and v in c
+                     and all(type(e) is int for e in c))}
+        if tied:
+            out.append({name: v // 2, **tied})
+    return out
 
-    overrides: dict[str, int] = {}
-    for _ in range(12):
+
+def fit(path: Path, limit: int) -> dict[str, Any]:
+    """`--set` overrides that halve the task's batch (see `halvings`) until its inputs and outputs take at most
+    `limit` bytes: KernelBench's current sizes (6 GiB inputs) would not let a few tasks share the GPU. Where the
+    shipped forward runs on the meta device, a halving it refuses is not taken. Empty when the task fits as
+    shipped (or nothing can be halved)."""
+    from kernelsmith.task import Task, TaskError, load_module
+
+    def measure(overrides: dict[str, Any]) -> tuple[Any, int, bool]:
         task = Task.load(path, overrides, device="cpu")
-        if input_bytes(load_module(task.source, str(path), "offline_fit_" + re.sub(r"\W", "_", path.stem))) <= limit:
+        module = load_module(task.source, str(path), "offline_fit_" + re.sub(r"\W", "_", path.stem))
+        return (task, *input_bytes(module))
+
+    overrides: dict[str, Any] = {}
+    task, nbytes, runs = measure(overrides)
+    for _ in range(12):
+        if nbytes <= limit:
             return overrides
-        ints = {k: v for k, v in task.constants.items()
-                if type(v) is int and v > 1 and v % 2 == 0 and k not in task.derived}
-        name = "batch_size" if "batch_size" in ints else max(ints, key=ints.get, default=None)
-        if name is None:
+        for change in halvings(task.constants, task.derived):
+            try:
+                got = measure({**overrides, **change})
+            except (TaskError, ValueError, TypeError):
+                continue
+            if got[1] < nbytes and (got[2] or not runs):
+                overrides = {**overrides, **change}
+                task, nbytes, _ = got
+                break
+        else:
             return overrides
-        overrides[name] = ints[name] // 2
     return overrides
 
 
@@ -535,6 +574,7 @@ def judge(rows: list[dict], args: argparse.Namespace) -> None:
     """Step 3: every best program through the referee's pool, in parallel under the pool's timing lease."""
     from kernelsmith.referee.pool import LocalPool
     from kernelsmith.settings import EvalRequest, EvalSettings
+    from kernelsmith.task import Task
 
     todo = [r for r in rows if r.get("best_source")]
     if not todo:
@@ -542,7 +582,9 @@ def judge(rows: list[dict], args: argparse.Namespace) -> None:
     opts = EvalSettings(device=DEVICE, policy=args.policy, precision=args.precision, timeout_s=300,
                         timing={"budget_s": args.budget_s})
     pool = LocalPool(device=DEVICE, slots_per_gpu=args.slots) if DEVICE == "cuda" else LocalPool(device="cpu")
-    requests = [EvalRequest(task_source=Path(r["task"]).read_text(), task_name=Path(r["task"]).name,
+    # At the sizes the programs were screened at (`fit`'s overrides applied to the task's source).
+    requests = [EvalRequest(task_source=Task.load(r["task"], r.get("set") or {}, device=DEVICE).source,
+                            task_name=Path(r["task"]).name,
                             candidate_source=r["best_source"], options=opts) for r in todo]
     t0 = time.monotonic()
     for r, v in zip(todo, pool.evaluate_many(requests)):

@@ -85,27 +85,56 @@ def _arm(kill_at: int | None, counter_file: Path | None) -> None:
         setattr(RunStore, name, wrapped)
 
 
-def run_child(cfg: RunConfig, *, resume: bool = False, replay: Path | None = None, kill_at: int | None = None,
-              counter_file: Path | None = None) -> str:
-    """evolve() in a forked child; returns "finished", "killed" or "failed: ..."."""
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the child's own, gone at exit
-            _arm(kill_at, counter_file)
-            evolve(cfg, resume=resume, replay=replay, judge=judge)
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent through the exit code
-            Path(str(cfg.run_dir) + ".error").write_text(f"{type(exc).__name__}: {exc}")
-            code = 3
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
+def _child_body(cfg: RunConfig, resume: bool, replay: Path | None, kill_at: int | None,
+                counter_file: Path | None) -> int:
+    try:
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the child's own, gone at exit
+        _arm(kill_at, counter_file)
+        evolve(cfg, resume=resume, replay=replay, judge=judge)
+        return 0
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent through the exit code
+        Path(str(cfg.run_dir) + ".error").write_text(f"{type(exc).__name__}: {exc}")
+        return 3
+
+
+def _outcome(cfg: RunConfig, killed: bool, code: int | None, status: object) -> str:
+    if killed:
         return "killed"
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+    if code == 0:
         return "finished"
     err = Path(str(cfg.run_dir) + ".error")
     return "failed: " + (err.read_text() if err.exists() else f"status {status}")
+
+
+def run_child(cfg: RunConfig, *, resume: bool = False, replay: Path | None = None, kill_at: int | None = None,
+              counter_file: Path | None = None) -> str:
+    """evolve() in a forked child of this (single-purpose) process; "finished", "killed" or "failed: ..."."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_child_body(cfg, resume, replay, kill_at, counter_file))
+    _, status = os.waitpid(pid, 0)
+    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    return _outcome(cfg, killed, os.WEXITSTATUS(status) if os.WIFEXITED(status) else None, status)
+
+
+def spawn_child(cfg: RunConfig, *, resume: bool = False, kill_at: int | None = None, counter_file: Path | None = None,
+                timeout_s: float = 600.0) -> str:
+    """`run_child` in a fresh interpreter, for callers inside a long-lived process (pytest): a fork of a process
+    that earlier work left with threads (pools, torch) can deadlock in the child. Past `timeout_s` the child is
+    killed and "failed: timed out" comes back, so a stuck run fails its test instead of hanging the suite."""
+    import subprocess
+
+    job = {"cfg": cfg.model_dump(mode="json"), "resume": resume, "kill_at": kill_at,
+           "counter": str(counter_file) if counter_file else None}
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return f"failed: timed out after {timeout_s:.0f} s"
+    return _outcome(cfg, code == -signal.SIGKILL, code, code)
 
 
 def record(run_dir: Path) -> dict[str, Any]:
@@ -158,6 +187,10 @@ def differences(a: dict[str, Any], b: dict[str, Any], budget: bool = False) -> l
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--child"]:  # spawn_child's fresh interpreter
+        job = json.loads(sys.argv[2])
+        counter = Path(job["counter"]) if job["counter"] else None
+        os._exit(_child_body(RunConfig.model_validate(job["cfg"]), job["resume"], None, job["kill_at"], counter))
     ap = argparse.ArgumentParser()
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--proposer", default="llm", choices=["llm", "mixed"])

@@ -39,7 +39,7 @@ def test_store_holds_prompt_and_response_of_every_step(run_dir: Path) -> None:
     store = RunStore(run_dir / "run.db")
     programs = store.programs("main")
     prompts = store.prompts("main")
-    assert len(prompts) == 4  # 2 rounds x 2 children; round 0's second child duplicated the first (not stored)
+    assert len(prompts) == 4  # 2 rounds x 2 children; one child duplicated an earlier program (not stored)
     answers = {a["child"]: a for a in store.answers("main")}  # every child's own answer, under its name
     assert all(answers[p["child"]]["prompt_hash"] == p["hash"] for p in prompts)
     assert sorted(a["outcome"] for a in answers.values()) == ["duplicate", "program", "program", "program"]
@@ -52,7 +52,7 @@ def test_store_holds_prompt_and_response_of_every_step(run_dir: Path) -> None:
         assert parse_response(s.response, Candidate(base)).candidate.digest == s.child_digest
         assert s.child_status == "correct" and s.child_speedup is None  # CPU: no timing
     kinds = sorted(s.kind for s in run.steps)
-    assert kinds == ["optimise", "optimise", "translate"]
+    assert kinds == ["optimise", "translate", "translate"]  # round 0: the seed and a configuration of it
     assert run.reference == TASK.read_text()
 
 
@@ -61,10 +61,11 @@ def test_cpu_run_gives_first_steps_only(run_dir: Path, tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["data", "sft", str(run_dir), "--out", str(out)])
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(r["kind"], r["step"], r["speedup"]) for r in rows] == [("translate", "r0c0", None)]
+    assert [(r["kind"], r["step"], r["speedup"]) for r in rows] == [("translate", "r0c0", None),
+                                                                     ("translate", "r0c1", None)]
     card = out.with_suffix(".md").read_text()
     assert "Correctness-only data" in card and "only translation (first) steps qualify" in card
-    assert "| later step without measured speedups | 2 |" in card
+    assert "| later step without measured speedups | 1 |" in card
 
 
 def test_rl_rows_for_trl_and_verl(run_dir: Path, tmp_path: Path) -> None:

@@ -128,8 +128,8 @@ print("STANDALONE_OK", sorted(i for i, p in enumerate(new._ks_parts) if p is not
 '''
 
 
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kernelsmith.cli", *args], cwd=REPO, capture_output=True,
+def cli(*args: str, timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kernelsmith.cli", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, "TRITON_INTERPRET": "1"})
 
 
@@ -159,7 +159,9 @@ def mlp_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subpr
     model.write_text(MLP)
     run_dir = tmp / "run"
     t0 = time.monotonic()
-    proc = cli("optimize", str(model), "--run-dir", str(run_dir), "--top", "2", *FAST)
+    # Relative paths from the model's folder: the dir must still export from anywhere else (the tests run it
+    # from the repo).
+    proc = cli("optimize", "mlp.py", "--run-dir", "run", "--top", "2", *FAST, cwd=tmp)
     print(f"tiny optimize (2 parts, 1 round of 2, CPU): {time.monotonic() - t0:.1f} s")
     return model, run_dir, proc
 

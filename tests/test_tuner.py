@@ -335,34 +335,14 @@ def test_unparsable_programs_have_no_space(bad: str) -> None:
 
 
 def _run_child(cfg, *, resume: bool = False, kill_at: int | None = None, counter: Path | None = None) -> str:
-    """evolve() in a forked child (the referee is resume_driver's deterministic stand-in); "finished"/"killed"."""
-    import os
-    import signal
+    """evolve() in a fresh child interpreter (the referee is resume_driver's deterministic stand-in);
+    "finished"/"killed"/"failed: ..." (a stuck child is killed after 300 s: the test fails, the suite goes on)."""
     import sys
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from resume_driver import _arm, judge
+    from resume_driver import spawn_child
 
-    from kernelsmith.workshop.run import evolve
-
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the child's own, gone at exit
-            _arm(kill_at, counter)
-            evolve(cfg, resume=resume, judge=judge)
-        except BaseException as exc:  # noqa: BLE001 - reported through the exit code and a file
-            Path(str(cfg.run_dir) + ".error").write_text(f"{type(exc).__name__}: {exc}")
-            code = 3
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
-        return "killed"
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        return "finished"
-    err = Path(str(cfg.run_dir) + ".error")
-    return "failed: " + (err.read_text() if err.exists() else f"status {status}")
+    return spawn_child(cfg, resume=resume, kill_at=kill_at, counter_file=counter, timeout_s=300)
 
 
 def test_an_offline_evolve_tunes_end_to_end_and_resumes_identically(tmp_path: Path) -> None:

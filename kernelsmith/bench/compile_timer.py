@@ -35,10 +35,13 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from kernelsmith.referee.compare import compare_outputs
-    from kernelsmith.referee.worker import _build, make_inputs
+    from kernelsmith.referee.worker import _build, make_inputs, set_precision
+    from kernelsmith.settings import DEFAULT_PRECISION
     from kernelsmith.task import load_module
 
     device, backend = job["device"], job.get("backend", "inductor")
+    precision = job.get("precision") or DEFAULT_PRECISION
+    set_precision(precision)  # the referee's own setting: torch's default would let cuDNN convolutions run in tf32
     module = load_module(job["source"], job["path"], "compile_timer_task")
     model = _build(module, "Model", module, 0, device)
     model.eval()
@@ -60,15 +63,18 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
             compiled(*x)
             eager_ms, compile_ms, method = _time_cpu(model, x), _time_cpu(compiled, x), "wall-clock"
     return {"eager_ms": eager_ms, "compile_ms": compile_ms, "compile_ratio": eager_ms / compile_ms,
-            "compile_s": round(compile_s, 2), "method": method, "backend": backend, "error": ""}
+            "compile_s": round(compile_s, 2), "method": method, "backend": backend, "precision": precision,
+            "error": ""}
 
 
-def time_compile(source: str, path: str, device: str, *, backend: str = "inductor",
+def time_compile(source: str, path: str, device: str, *, backend: str = "inductor", precision: str | None = None,
                  timeout_s: float = 900.0) -> dict[str, Any]:
-    """Run the child; never raises: a failure comes back as {"error": ...} with no times."""
+    """Run the child at `precision` (default: the settings' default, as the referee does); never raises: a
+    failure comes back as {"error": ...} with no times."""
     with tempfile.TemporaryDirectory(prefix="ks-compile-") as tmp:
         job = Path(tmp) / "job.json"
-        job.write_text(json.dumps({"source": source, "path": path, "device": device, "backend": backend}))
+        job.write_text(json.dumps({"source": source, "path": path, "device": device, "backend": backend,
+                                   "precision": precision}))
         try:
             proc = subprocess.run([sys.executable, "-m", "kernelsmith.bench.compile_timer", str(job)],
                                   capture_output=True, text=True, timeout=timeout_s, cwd=tmp)

@@ -254,17 +254,14 @@ def precision_label(precision: str | None, numerics: str | None = None) -> str:
 
 
 def _against_compile(t: BenchTask, s: BenchSettings, row: dict[str, Any]) -> None:
-    import inspect
-
     from kernelsmith.bench.compile_timer import time_compile
 
-    at_precision = "precision" in inspect.signature(time_compile).parameters
-    extra = {"precision": s.precision} if at_precision else {}
-    c = time_compile(t.task.source, str(t.path), s.device, timeout_s=max(s.timeout_s, 600.0), **extra)
+    c = time_compile(t.task.source, str(t.path), s.device, precision=s.precision,
+                     timeout_s=max(s.timeout_s, 600.0))
     row.update({"eager_ms": c.get("eager_ms"), "compile_ms": c.get("compile_ms"),
                 "compile_ratio": c.get("compile_ratio"), "compile_s": c.get("compile_s"),
                 "compile_error": c.get("error") or "",
-                "compile_precision": s.precision if at_precision else "torch defaults"})
+                "compile_precision": c.get("precision") or s.precision})
     ratio, sp = c.get("compile_ratio"), row.get("speedup")
     if row.get("status") == "correct" and ratio and sp:
         row["speedup_vs_compile"] = sp / ratio

@@ -65,7 +65,7 @@ def _write_json(path: Path, data: Any) -> None:
 
 def _request(task: Task, config: RunConfig, opts: OptimizeOptions) -> dict[str, Any]:
     evolve = config.model_dump(mode="json", exclude={"task", "run_dir", "overrides"})
-    return {"model_file": str(task.path), "model_sha256": digest(task.original_source),
+    return {"model_file": str(Path(task.path).resolve()), "model_sha256": digest(task.original_source),
             "overrides": task.overrides, "device": config.device, "top": opts.top, "swap": opts.swap,
             "evolve": evolve}
 
@@ -333,7 +333,7 @@ def _optimize_locked(task: Task, config: RunConfig, opts: OptimizeOptions, run_d
             row["part"] = parts[-1].index
         else:
             row["part"] = None
-    report: dict[str, Any] = {"model": str(task.path), "model_sha256": digest(task.original_source),
+    report: dict[str, Any] = {"model": str(Path(task.path).resolve()), "model_sha256": digest(task.original_source),
                               "device": config.device, "swap_rule": opts.swap, "top": opts.top,
                               "overrides": task.overrides, "model_ms": extracted.get("model_ms"),
                               "optimized": None, "parts": rows}
@@ -409,7 +409,7 @@ def _end_to_end(task: Task, text: str | None, report: dict[str, Any], config: Ru
     if config.device == "cuda" and opts.compile_baseline and keep.get("speedup"):
         from kernelsmith.bench.compile_timer import time_compile
 
-        comp = time_compile(task.source, str(task.path), "cuda")
+        comp = time_compile(task.source, str(task.path), "cuda", precision=config.eval_settings().precision)
         keep["compile"] = comp
         if comp.get("compile_ratio"):
             keep["speedup_vs_compile"] = keep["speedup"] / comp["compile_ratio"]
