@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelsmith.compiler import SeedUnsupported, generate_seed
+from kernelsmith.compiler import SeedUnsupported, generate_seed, generate_seeds
 from kernelsmith.compiler.child import main as child_main
 from kernelsmith.referee.evaluation import EvalOptions, evaluate
 
@@ -149,3 +149,40 @@ def test_the_sandboxed_job_reads_policy_and_precision(tmp_path: Path) -> None:
     bad = _job(tmp_path, policy="sloppy")
     assert bad["ok"] is False and "sloppy" in bad["reason"]
 
+
+
+CONV_RELU = _task("        self.conv = nn.Conv2d(3, 4, 3, padding=1)", "        return torch.relu(self.conv(x)) * 2.0 + 0.5",
+                  "torch.randn(2, 3, 6, 6)")
+ONLY_CONV = _task("        self.conv = nn.Conv2d(3, 4, 3, stride=2)", "        return self.conv(x)", "torch.randn(2, 3, 7, 7)")
+
+
+def test_lenient_convolutions_seed_cudnn_first_then_triton(tmp_path: Path) -> None:
+    """Under lenient a model with convolutions starts from two seeds: cuDNN's convolution with the epilogue fused
+    in Triton, then the implicit-GEMM one; both are correct. A task that is one convolution gets the Triton seed
+    alone (leaving it to cuDNN would leave nothing for Triton but a copy), and strict gets one seed."""
+    task = tmp_path / "conv_relu.py"
+    task.write_text(CONV_RELU)
+    first, second = generate_seeds(CONV_RELU, filename=str(task), policy="lenient")
+    assert first.vendor == ["conv"] and first.patterns == [EW] and "_ks_attr(self, 'conv')(x)" in first.source
+    assert second.vendor == [] and second.patterns == ["library:conv", EW] and not second.externs
+    opts = EvalOptions(device="cpu", timeout_s=240, policy="lenient")
+    for k, seed in enumerate((first, second)):
+        cand = tmp_path / f"seed{k}.py"
+        cand.write_text(seed.source)
+        v = evaluate(task, cand, opts)
+        assert v.status.value == "correct" and v.kernels, f"seed {k}: {v.status.value}: {v.error}"
+    (only,) = generate_seeds(ONLY_CONV, filename="one_conv.py", policy="lenient")
+    assert only.vendor == [] and only.patterns == ["library:conv"] and not only.copy_only
+    (strict,) = generate_seeds(CONV_RELU, filename="conv_relu.py", policy="strict")
+    assert strict.vendor == [] and strict.patterns == ["library:conv", EW]
+    (plain,) = generate_seeds(TASKS["barrier"][0], filename="barrier.py", policy="lenient")  # no convolution
+    assert plain.vendor == [] and plain.families == []
+
+
+def test_the_sandboxed_job_sends_the_other_seeds(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text(json.dumps({"source": CONV_RELU, "filename": "task.py", "policy": "lenient"}))
+    assert child_main(tmp_path) == 0
+    out = json.loads((tmp_path / "result.json").read_text())
+    assert out["ok"] and out["vendor"] == ["conv"] and out["patterns"] == [EW]
+    (alt,) = out["alternates"]
+    assert alt["vendor"] == [] and alt["patterns"] == ["library:conv", EW] and "ModelNew" in alt["source"]

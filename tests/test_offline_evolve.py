@@ -90,8 +90,31 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-    seed, patterns, why = sandboxed_seed(source, str(tmp_path / "task.py"))
-    assert seed is not None and "ModelNew" in seed, why
-    assert patterns and not marker.exists()
-    seed, _, why = sandboxed_seed("import torch\nraise SystemExit(3)\n", str(tmp_path / "bad.py"))
-    assert seed is None and ("bad.py" in why or "without an answer" in why), why
+    got = sandboxed_seed(source, str(tmp_path / "task.py"))
+    assert got.source is not None and "ModelNew" in got.source, got.why
+    assert got.patterns and not marker.exists() and got.alternates == []
+    got = sandboxed_seed("import torch\nraise SystemExit(3)\n", str(tmp_path / "bad.py"))
+    assert got.source is None and ("bad.py" in got.why or "without an answer" in got.why), got.why
+
+
+def test_round_zero_measures_every_seed_before_tuning(tmp_path: Path) -> None:
+    """Under lenient a convolution model's round 0 is the cuDNN-convolution seed, the Triton one, then
+    configurations of the first: the search measures both seeds (on the H200 either can be the faster)."""
+    from test_compiler_lenient import CONV_RELU
+
+    task = tmp_path / "conv_relu.py"
+    task.write_text(CONV_RELU)
+    proposer = OfflineProposer(CONV_RELU, str(task), seed=3, policy="lenient")
+    prompt = Prompt([{"role": "user", "content": "x"}])
+
+    async def go() -> list[Proposal]:
+        return [await proposer.propose(prompt, f"r0c{i}", ProposalContext(None, 0, 0, i)) for i in range(3)]
+
+    first, second, third = (p.text for p in asyncio.run(go()))
+    assert first.startswith("Seed from templates: elementwise; conv left to torch (cuDNN).")
+    assert second.startswith("Another seed from templates: library:conv, elementwise.")
+    assert "_ks_attr(self, 'conv')(x)" in first and "_ks_attr(self, 'conv')(x)" not in second
+    assert third.startswith("Tuned: ") and "_ks_attr(self, 'conv')(x)" in third  # a configuration of the first
+    strict = OfflineProposer(CONV_RELU, str(task), seed=3, policy="strict")
+    one = asyncio.run(strict.propose(prompt, "r0c1", ProposalContext(None, 0, 0, 1))).text
+    assert one.startswith("Tuned: ")

@@ -189,16 +189,20 @@ def test_redaction_covers_encodings() -> None:
 
 
 def _unprivileged_python() -> str | None:
-    """setpriv to an ordinary uid, if that user can run this interpreter and read the package."""
+    """setpriv to an ordinary uid, if that user can run this interpreter, read the package and start the
+    interpreter again (what the sandbox launcher does). An interpreter under a root-only home (pyenv in a 0700
+    /root) fails the last: setpriv's own exec gets through, a later one by that user is refused."""
     setpriv = shutil.which("setpriv")
     if os.getuid() != 0 or setpriv is None:
         return None
-    probe = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
-                            "import torch, triton, kernelsmith"], capture_output=True, timeout=120)
+    code = "import subprocess, sys, torch, triton, kernelsmith; subprocess.run([sys.executable, '-c', ''], check=True)"
+    probe = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+                           capture_output=True, timeout=120, cwd="/tmp")
     return setpriv if probe.returncode == 0 else None
 
 
-@pytest.mark.skipif(_unprivileged_python() is None, reason="this interpreter is not usable by an ordinary user")
+@pytest.mark.skipif(_unprivileged_python() is None,
+                    reason="not root, or this interpreter cannot be started again by an ordinary user")
 def test_sandbox_holds_for_an_ordinary_user(tmp_path: Path) -> None:
     """The same probe, with the tests' process itself an ordinary user (unprivileged user namespaces)."""
     marker = tmp_path / "m"

@@ -66,8 +66,12 @@ from kernelsmith.compiler.lower import _Lowerer
 from kernelsmith.compiler.trace import _task_inputs, _trace
 from kernelsmith.task import Task, TaskMissingModule, check_imports, load_module
 
-__all__ = ["DEFAULT_PRECISION", "POLICIES", "PRECISIONS", "SeedResult", "SeedUnsupported", "generate_seed",
-           "seed_for_task"]
+__all__ = ["DEFAULT_PRECISION", "POLICIES", "PRECISIONS", "VENDOR_FIRST", "SeedResult", "SeedUnsupported",
+           "generate_seed", "generate_seeds", "seed_for_task"]
+
+# Lenient seeds leave these library families to torch first (cuDNN's convolution, neighbours fused in Triton):
+# on the H200 that seed beat the Triton implicit-GEMM one on most convolution tasks (docs/benchmarks.md).
+VENDOR_FIRST = ("conv",)
 
 
 def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: list | None = None, *,
@@ -123,6 +127,25 @@ def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: lis
     low = _Lowerer(gm, model, filename, policy, frozenset(vendor))
     low.run()
     return _emit(task_source, low, signature, filename, precision or DEFAULT_PRECISION, policy)
+
+
+def generate_seeds(task_source: str, init_inputs: Any = None, example_inputs: list | None = None, *,
+                   filename: str = "<task>", policy: str = "strict", precision: str | None = None) -> list[SeedResult]:
+    """The seeds a run starts from, the likeliest fastest first (arguments as `generate_seed`).
+
+    Strict, or a model without a `VENDOR_FIRST` family: one seed. Lenient with convolutions: the seed with them
+    left to cuDNN (everything around them still fused in Triton), then the all-Triton one (implicit GEMM), so
+    the search measures both. When leaving them to cuDNN would leave no Triton work but a copy (a task that is
+    one convolution), the all-Triton seed alone. Raises `SeedUnsupported` as `generate_seed` does."""
+    kw: dict[str, Any] = {"filename": filename, "policy": policy, "precision": precision}
+    base = generate_seed(task_source, init_inputs, example_inputs, **kw)
+    if policy != "lenient" or not set(VENDOR_FIRST) & set(base.families):
+        return [base]
+    try:
+        vendored = generate_seed(task_source, init_inputs, example_inputs, vendor=VENDOR_FIRST, **kw)
+    except SeedUnsupported:
+        return [base]
+    return [base] if vendored.copy_only or vendored.source == base.source else [vendored, base]
 
 
 def seed_for_task(path: str | Path, device: str = "cpu", overrides: dict | None = None, *, policy: str = "strict",

@@ -499,4 +499,5 @@ def _emit(task_source: str, low: _Lowerer, signature: str, filename: str = "<tas
     except SyntaxError as exc:  # a bug here, never the task's fault
         raise RuntimeError(f"seed generator wrote invalid Python: {exc}\n{source}") from exc
     return SeedResult(source=source, patterns=patterns, kernels=described, externs=externs, precision=precision,
-                      policy=policy)
+                      policy=policy, families=sorted(low.families), vendor=sorted(low.vendor & low.families),
+                      copy_only=low.copy_only)

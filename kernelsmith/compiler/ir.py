@@ -31,6 +31,9 @@ class SeedResult:
     externs: list[str] = field(default_factory=list)     # lenient: the operators left to torch, as described
     precision: str = DEFAULT_PRECISION                   # the fp32 matmuls' tl.dot input precision
     policy: str = "strict"
+    families: list[str] = field(default_factory=list)    # library families the model has operators of
+    vendor: list[str] = field(default_factory=list)      # lenient: those of them left to torch (cuDNN, ...)
+    copy_only: bool = False                              # lenient: no Triton kernel but the final copy
 
 
 # ----------------------------------------------------------------------------------------------------- the IR

@@ -87,6 +87,8 @@ class _Lowerer:
         self.gm, self.model, self.filename, self.policy = gm, model, filename, policy
         self.vendor = vendor if policy == "lenient" else frozenset()  # library families left to torch's call
         self.externs: dict[fx.Node, _Val] = {}   # lenient: nodes left to torch
+        self.families: set[str] = set()          # library families this graph has operators of (vendored too)
+        self.copy_only = False                   # lenient: every operator stayed torch's; only a copy kernel
         self.vals: list[_Val] = []
         self.params: dict[str, _Val] = {}
         self.env: dict[fx.Node, Any] = {}
@@ -300,6 +302,8 @@ class _Lowerer:
     def library(self, node: fx.Node) -> _Val | None:
         key = op_key(node, self.gm)
         entry = registry().get(key) if key else None
+        if entry is not None and family_of(key):
+            self.families.add(str(family_of(key)))
         if entry is None or family_of(key) in self.vendor:
             return None
         args = self._attrs(fx.node.map_arg(node.args, lambda n: self.env[n]))
@@ -404,6 +408,7 @@ class _Lowerer:
         if not tensors:
             raise SeedUnsupported(f"{self.filename}: Model.forward returns no tensor a kernel could write")
         self.node = None
+        self.copy_only = True
         copies = {v: self.new("ew", "identity", (v,), {}, v.shape, v.dtype) for v in tensors}
         self.outputs = _replace_vals(self.outputs, copies)
 

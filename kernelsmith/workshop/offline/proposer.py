@@ -34,11 +34,24 @@ def _seed_child() -> str:
     return SEED_CHILDREN[-1]
 
 
+@dataclasses.dataclass
+class Seeds:
+    """What the sandboxed compiler sent back: the seed (None and `why` when there is none) and the other seeds
+    worth measuring (`alternates`: lenient convolutions left to cuDNN or written in Triton, whichever is not
+    first), each as (source, patterns, vendored families)."""
+
+    source: str | None
+    patterns: list[str]
+    why: str = ""
+    vendor: list[str] = dataclasses.field(default_factory=list)
+    alternates: list[tuple[str, list[str], list[str]]] = dataclasses.field(default_factory=list)
+
+
 def sandboxed_seed(task_source: str, task_path: str, timeout_s: float = SEED_TIMEOUT_S, *,
-                   policy: str = "strict", precision: str | None = None) -> tuple[str | None, list[str], str]:
-    """(seed source or None, template patterns, why not): the offline compiler run in a referee sandbox on the
-    CPU, since tracing the reference runs the task's code. The run's `policy` and `precision` go with the job
-    (the compiler keeps torch calls under "lenient", and picks the dot precision). Only text comes back."""
+                   policy: str = "strict", precision: str | None = None) -> Seeds:
+    """The offline compiler run in a referee sandbox on the CPU, since tracing the reference runs the task's
+    code. The run's `policy` and `precision` go with the job (the compiler keeps torch calls under "lenient",
+    and picks the dot precision). Only text comes back, checked for its shape."""
     from kernelsmith.referee.sandbox import run_job
 
     job = {"source": task_source, "filename": task_path or "<task>", "policy": policy, "precision": precision}
@@ -46,11 +59,24 @@ def sandboxed_seed(task_source: str, task_path: str, timeout_s: float = SEED_TIM
     if data is None:
         why = ("it ran past its time limit" if outcome.timed_out else "it ran out of memory"
                if outcome.memory_exceeded else f"it ended without an answer: {' '.join(log.split())[-200:]}")
-        return None, [], f"the seed generator's sandbox failed: {why}"
+        return Seeds(None, [], f"the seed generator's sandbox failed: {why}")
     source, patterns = data.get("source"), data.get("patterns")
     if data.get("ok") is True and isinstance(source, str) and isinstance(patterns, list):
-        return source, [str(p)[:80] for p in patterns[:20]], ""
-    return None, [], str(data.get("reason") or "no reason given")[:2000]
+        alternates = []
+        for alt in data.get("alternates") or []:
+            if isinstance(alt, dict) and isinstance(alt.get("source"), str) and isinstance(alt.get("patterns"), list):
+                alternates.append((alt["source"], _texts(alt["patterns"]), _texts(alt.get("vendor"))))
+        return Seeds(source, _texts(patterns), vendor=_texts(data.get("vendor")), alternates=alternates[:4])
+    return Seeds(None, [], str(data.get("reason") or "no reason given")[:2000])
+
+
+def _texts(values: Any) -> list[str]:
+    return [str(v)[:80] for v in values[:20]] if isinstance(values, list) else []
+
+
+def _note_of(patterns: list[str], vendor: list[str]) -> str:
+    left = f"; {', '.join(vendor)} left to torch (cuDNN)" if vendor else ""
+    return f"Seed from templates: {', '.join(patterns)}{left}."
 
 
 def _fenced(source: str, note: str) -> str:
@@ -66,17 +92,19 @@ class OfflineProposer:
         self.policy, self.precision, self.backend = policy, precision, backend
         self._seed_text: str | None = None
         self._seed_source: str | None = None
+        self._alternates: list[str] = []  # the other seeds' answers, children 1.. of round 0
         self._parsed: dict[str, Any] = {}  # program text -> tune.Parsed | None (analysis is pure: cached)
         self._history: tuple[int, list[tuple[str, Any, Any]]] | None = None  # (round, evaluated before it)
 
     def _seed_program(self) -> str:
         """The first Triton version of the reference (computed once); a clear note when no template fits."""
         if self._seed_text is None:
-            source, patterns, why = sandboxed_seed(self.task_source, self.task_path, policy=self.policy,
-                                                   precision=self.precision)
-            self._seed_source = source
-            self._seed_text = (_fenced(source, f"Seed from templates: {', '.join(patterns)}.") if source else
-                               f"The offline seed generator cannot translate this reference: {why}")
+            got = sandboxed_seed(self.task_source, self.task_path, policy=self.policy, precision=self.precision)
+            self._seed_source = got.source
+            self._seed_text = (_fenced(got.source, _note_of(got.patterns, got.vendor)) if got.source else
+                               f"The offline seed generator cannot translate this reference: {got.why}")
+            self._alternates = [_fenced(src, "Another seed" + _note_of(pats, vendor)[len("Seed"):])
+                                for src, pats, vendor in got.alternates]
         return self._seed_text
 
     def finder(self) -> Any:
@@ -113,10 +141,13 @@ class OfflineProposer:
             seed = self._seed_program()
             if context is None or context.index == 0 or self._seed_source is None:
                 return Proposal(seed, OFFLINE)
-            # Siblings of the seed in the first round: configurations of the seed, sampled jointly, rather than
-            # the seed again (a duplicate that would cost a round).
-            return Proposal(self.tune(self._seed_source, dataclasses.replace(context, index=context.index - 1)),
-                            OFFLINE)
+            # Siblings of the seed in the first round: the other seeds (each then tuned as its own family), then
+            # configurations of the seed, sampled jointly, rather than the seed again (a duplicate that would
+            # cost a round).
+            if context.index <= len(self._alternates):
+                return Proposal(self._alternates[context.index - 1], OFFLINE)
+            index = context.index - 1 - len(self._alternates)
+            return Proposal(self.tune(self._seed_source, dataclasses.replace(context, index=index)), OFFLINE)
         return Proposal(self.tune(context.parent_code, context), OFFLINE)
 
     def tune(self, parent_code: str, context: ProposalContext) -> str:
