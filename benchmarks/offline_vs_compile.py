@@ -70,20 +70,25 @@ DOTS = re.compile(r"matmul|\bmm\(|bmm|addmm|einsum|Linear|[Cc]onv|\s@\s|GRU|LSTM
 
 def select(items: list[str], sample: list[int], include: list[str]) -> list[Path]:
     """Files to run: each file given; from each folder, `sample[L-1]` files of level L spread evenly over the
-    sorted list, plus the files whose name contains an `include` string."""
+    sorted list, plus the files whose name contains an `include` string. Folder files are interleaved across
+    levels, the slowest (level 3's whole models) first in each turn, so a deadline cuts every level alike."""
     out: list[Path] = []
     for item in items:
         p = Path(item)
         if p.is_file():
             out.append(p)
             continue
+        per_level: list[list[Path]] = []
         for lv, n in enumerate(sample, start=1):
             files = sorted((p / f"level{lv}").glob("*.py"))
             if not files or n <= 0:
                 continue
             step = len(files) / min(n, len(files))
-            out += [files[int(i * step)] for i in range(min(n, len(files)))]
-            out += [f for f in files if any(s in f.name for s in include)]
+            picked = [f for f in files if any(s in f.name for s in include)]
+            picked += [files[int(i * step)] for i in range(min(n, len(files)))]
+            per_level.append(list(dict.fromkeys(picked)))
+        for turn in range(max(map(len, per_level), default=0)):
+            out += [files[turn] for files in reversed(per_level) if turn < len(files)]
     return list(dict.fromkeys(out))
 
 
