@@ -60,6 +60,10 @@ TASKS = {
                           "        v, i = torch.topk(x, 3, dim=1)\n        m, j = torch.max(x, dim=1)\n"
                           "        return v * 2.0, i, m + 1.0, j",
                           "torch.randn(4, 10)"), [EW, RED], ["topk", "max"]),
+    # a tensor made in forward from a Python value (KernelBench level2/31): the same torch.tensor call, on the
+    # inputs' device, then fused into the elementwise kernel as an operand
+    "tensor_in_forward": (_task("        self.c = c", "        return torch.min(x * 2.0, torch.tensor(self.c)) + 1.0",
+                                "torch.randn(5, 7)", ", c", "0.25"), [EW], ["torch.tensor(0.25)"]),
     # an extern between two fused regions: a fusion barrier
     "barrier": (_task("        self.fc = nn.Linear(6, 6)",
                       "        y = torch.sigmoid(self.fc(x))\n        z = torch.sort(y, dim=1)[0]\n"
@@ -103,7 +107,7 @@ def test_lenient_seed_is_correct_and_fuses_around_externs(name: str, seeds, verd
     assert v.kernels, "the seed launched no Triton kernel"
 
 
-@pytest.mark.parametrize("name", ["cumsum_epilogue", "lstm_head", "topk_argmax", "barrier"])
+@pytest.mark.parametrize("name", ["cumsum_epilogue", "lstm_head", "topk_argmax", "barrier", "tensor_in_forward"])
 def test_strict_still_refuses_with_the_op_and_line(name: str) -> None:
     source, _, words = TASKS[name]
     with pytest.raises(SeedUnsupported, match=r"^task\.py:\d+: ") as info:
@@ -116,6 +120,7 @@ def test_the_extern_is_the_torch_call_in_forward(seeds) -> None:
     src = seeds["lstm_head"][2].source
     assert "_ks_attr(self, 'lstm')(x)" in src
     assert "torch.cumsum(x, dim=1)" in seeds["cumsum_epilogue"][2].source
+    assert "torch.tensor(0.25, dtype=torch.float32, device=x.device)" in seeds["tensor_in_forward"][2].source
 
 
 @pytest.mark.parametrize("policy", ["strict", "lenient"])

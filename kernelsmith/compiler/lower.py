@@ -137,6 +137,9 @@ class _Lowerer:
         if path not in self.params:
             obj: Any = self.model
             if path.split(".")[-1].startswith("_tensor_constant"):  # fx stored a tensor made while tracing
+                made = self._made_in_forward(path)
+                if made is not None:
+                    return made
                 raise SeedUnsupported(f"{_at(self.filename, _node_line(self.node, self.filename))}get_attr {path}: "
                                       "a tensor created in forward (torch.tensor(...)) has no template")
             try:
@@ -152,6 +155,26 @@ class _Lowerer:
             v.origin = path
             self.params[path] = v
         return self.params[path]
+
+    def _made_in_forward(self, path: str) -> _Val | None:
+        """Lenient: a small tensor the forward makes from Python values (`torch.tensor(self.constant_value)`,
+        KernelBench level2/31) as the same `torch.tensor(...)` call in the generated forward, on the inputs'
+        device, with the value it had while tracing (as other trace-time Python values are specialised)."""
+        obj = getattr(self.gm, path, None)
+        first = next((v for v in self.vals if v.kind == "input"), None)
+        if (self.policy != "lenient" or not isinstance(obj, torch.Tensor) or obj.is_meta or obj.numel() > 64
+                or first is None):
+            return None
+        value, dtype = obj.tolist(), str(obj.dtype)
+
+        def render(nm: Any) -> str:
+            return f"torch.tensor({value!r}, dtype={dtype}, device={nm(first)}.device)"
+
+        v = self.new("glue", "extern", (first,), shape=tuple(obj.shape), dtype=obj.dtype, render=render)
+        v.params["extern"] = f"torch.tensor({value!r}) made in forward"
+        v.origin = path
+        self.params[path] = v
+        return v
 
     def attr_scalar(self, path: str, value: Any) -> _Val:
         """A float attribute of the model (`self.scale`, a module's eps), read from `self` at run time."""
