@@ -162,8 +162,8 @@ def test_report_measured_speedups_failures_and_escaping(run_dir: Path, tmp_path:
     run = tmp_path / "run"
     shutil.copytree(run_dir, run)
     progs = programs(run)
-    child = sorted(n for n in progs if progs[n]["parent"])
-    fast, bad = child[0], child[-1]
+    fast = sorted(n for n in progs if progs[n]["parent"])[0]  # a child: made faster
+    bad = sorted(n for n in progs if n not in (fast, "seed"))[-1]  # another program: made to fail
     with sqlite3.connect(run / "run.db") as c:
         def update(name: str, **fields: object) -> None:
             pid = c.execute("select id from programs where name = ?", (name,)).fetchone()[0]
