@@ -442,3 +442,60 @@ def test_layer_norm_split_only_when_rows_are_few(rows: int, shape: tuple, librar
     cand.write_text(result.source)
     v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
     assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
+
+
+_SPLIT_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        {forward}
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("forward, inputs, split", [
+    # a hinge loss (KernelBench 100): the mean of everything, broadcast operand in the prologue
+    ("return torch.mean(torch.clamp(1 - a * b, min=0))", "torch.randn(48, 700), torch.randn(700)", True),
+    # 3 rows of 20,000 and an epilogue that reads a reduced-size operand
+    ("return torch.sum(a, dim=1) * 2.0 + b", "torch.randn(3, 20000), torch.randn(3)", True),
+    # a min over dim 0 of 30,000 x 2, kept dims, then a constant
+    ("return torch.amin(a * b, dim=0, keepdim=True) - 1.0", "torch.randn(30000, 2), torch.randn(2)", True),
+    # many short rows: one program per row already fills the device (decided at run time, from the shapes)
+    ("return torch.sum(a, dim=1) + b", "torch.randn(256, 40), torch.randn(256)", False),
+    # two reduction levels (a variance): no split variant at all
+    ("return torch.var(a) + b", "torch.randn(80, 300), torch.randn(1)", None),
+])
+def test_few_long_rows_split_the_reduction(forward: str, inputs: str, split: bool | None, tmp_path: Path) -> None:
+    """A reduction with fewer row programs than SMs splits R over programs (partials, then a combining launch
+    with the epilogue: two launches per call where the unsplit program makes one); the referee finds the seed
+    correct on fresh and hidden inputs, and the tuner's knobs leave the phase and the split alone (changing
+    them would change the answer, not the speed)."""
+    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+    from kernelsmith.workshop.offline.mutate import knobs
+
+    source = _SPLIT_TASK.format(forward=forward, inputs=inputs)
+    task = tmp_path / "task_split.py"
+    task.write_text(source)
+    result = generate_seed(source, filename=str(task), policy="strict")
+    assert result.patterns[0] == "reduction"
+    assert ("phase=1" in result.source) is (split is not None)
+    opts = EvalOptions(device="cpu", timeout_s=240, policy="strict")
+    launches = []
+    for k, text in enumerate((result.source, result.source.replace("< _ks_sms(", "< 0 * _ks_sms("))):
+        cand = tmp_path / f"seed{k}.py"
+        cand.write_text(text)
+        v = evaluate(task, cand, opts)
+        assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
+        launches.append(v.kernels["ks_reduction_0_kernel"])
+    assert launches[0] == (2 if split else 1) * launches[1], launches  # same calls, split or not
+    names = " ".join(k.name for k in knobs(result.source))
+    assert "phase" not in names and "parts_p2" not in names and "n_split" not in names, names

@@ -7,6 +7,7 @@ evaluations at a time, in a module fixture. Operators with no template must rais
 
 from __future__ import annotations
 
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -411,7 +412,8 @@ def test_seed_program_shape(seeds) -> None:
         block = src.split(BLOCK_START)[1]
         assert "class ModelNew(nn.Module)" in block and "@triton.jit" in block, name
         assert "autotune" not in src, name
-        assert len(result.kernels) == len(result.patterns) == src.count("_kernel[")
+        launched = set(re.findall(r"(\w+)_kernel\[", src))  # a split reduction launches its kernel twice
+        assert len(result.kernels) == len(result.patterns) == len(launched), (name, launched)
         compile(src, name, "exec")
 
 

@@ -255,8 +255,24 @@ class _KernelWriter:
             step += self._stores(inner, ("full",), "fl", "fmask")
             looped += loads_for(step, inner) + step
         looped += self._stores(pad, ("keep", "nokeep"), "rl", "rmask")
+        reds = [m for m in members if m.kind == "red"]
+        # Few rows, long reductions (a loss's mean of everything, a sum over a big dim of a small batch): one
+        # program per row would leave most of the GPU idle, so R is split over `n_split` programs per row
+        # (phase 1: partial sums/maxima into an fp32 workspace) and a second launch combines them and runs the
+        # epilogue (phase 2). Only for one reduction level with nothing written at full size.
+        split = passes == 1 and not full_out and all(m.op in ("sum", "mean", "sumdiv", "max", "min") for m in reds)
+        sizes = ["R", "I", "n_ib"]
+        if split:
+            sizes += [f"w{j}" for j in range(len(reds))] + ["OI", "CHUNK", "n_split"]
+            looped = [f"{pad}if phase == 0:"] + ["    " + ln for ln in looped]
+            pre = [m for m in members if m.kind != "red" and g.space[m] != "full" and level[m] == 0]
+            looped += [f"{pad}elif phase == 1:"] + ["    " + ln for ln in self._split_partial(
+                reds, pre, code, masked, closure, loads_for, pad, inner)]
+            looped += [f"{pad}else:"] + ["    " + ln for ln in self._split_combine(reds, code, finish, pad)]
         kernel = T.reduction_kernel(f"{self.name}_kernel", self.doc(), len(self.ext), len(g.outputs),
-                                    len(self.scalars), reduced_loads, single, looped)
+                                    len(self.scalars), reduced_loads, single, looped,
+                                    sizes=sizes, consts=["BLOCK_R", "BLOCK_I", "SINGLE"] + (
+                                        ["phase", "parts_p2"] if split else []))
         full_ext = [a for a, sp in self.ext if sp == "full"]
         if not full_ext:
             raise SeedUnsupported("internal: a reduction kernel without a full-size operand")
@@ -268,12 +284,68 @@ class _KernelWriter:
         py += [f"t{k}, m{k}, i{k}, s{k} = _ks_bc({self._pname(a)}, {dict(full='S', keep='Sk', nokeep='Sn')[sp]})"
                for k, (a, sp) in enumerate(self.ext)]
         py += ["block_i = min(_ks_np2(I), 64)", "block_r = _ks_np2(R)", "single = block_r * block_i <= 8192",
-               "if not single:", "    block_r = max(4096 // block_i, 1)", "n_ib = triton.cdiv(I, block_i)",
-               "if outer * I > 0:"]
-        py += ["    " + ln for ln in self._launch(
-            "(outer * n_ib,)", ["R", "I", "n_ib"], ["BLOCK_R=block_r", "BLOCK_I=block_i", "SINGLE=single"],
-            "4 if block_r * block_i <= 2048 else 8")]
+               "if not single:", "    block_r = max(4096 // block_i, 1)", "n_ib = triton.cdiv(I, block_i)"]
+        consts = ["BLOCK_R=block_r", "BLOCK_I=block_i", "SINGLE=single"]
+        warps = "4 if block_r * block_i <= 2048 else 8"
+        if not split:
+            py += ["if outer * I > 0:"]
+            py += ["    " + ln for ln in self._launch("(outer * n_ib,)", sizes, consts, warps)]
+            return kernel, self._launcher(py)
+        first = self._pname(next(a for a in self.args if a.tensor))
+        py += ["n_split = 1",
+               f"if not single and outer * n_ib < _ks_sms({first}):  # fewer row programs than the GPU has SMs",
+               "    n_split = min(triton.cdiv(R, block_r), max(8192 // block_i, 1), max(1024 // (outer * n_ib), 1))",
+               "chunk = triton.cdiv(triton.cdiv(R, n_split), block_r) * block_r  # a whole number of R tiles",
+               "n_split = triton.cdiv(R, chunk)", "OI, CHUNK = outer * I, chunk", "if outer * I > 0:",
+               "    if n_split > 1:"]
+        py += [f"        w{j} = torch.empty((n_split, outer * I), dtype=torch.float32, device={first}.device)"
+               for j in range(len(reds))]
+        py += ["        " + ln for ln in self._launch("(outer * n_ib, n_split)", sizes, consts + ["phase=1", "parts_p2=1"],
+                                                      warps)]
+        py += ["        " + ln for ln in self._launch("(outer * n_ib,)", sizes,
+                                                      consts + ["phase=2", "parts_p2=_ks_np2(n_split)"], "4")]
+        py += ["    else:"] + [f"        w{j} = o0" for j in range(len(reds))]  # unread in phase 0
+        py += ["        " + ln for ln in self._launch("(outer * n_ib,)", sizes, consts + ["phase=0", "parts_p2=1"],
+                                                      warps)]
         return kernel, self._launcher(py)
+
+    def _split_partial(self, reds: list[_Val], pre: list[_Val], code: dict[_Val, str], masked: Any, closure: Any,
+                       loads_for: Any, pad: str, inner: str) -> list[str]:
+        """Phase 1: program (row tile, c) reduces R's chunk c and stores the raw partial (sum or extremum);
+        `pre`: the reduced-size values the reduced operands need, computed before the loop as in phase 0."""
+        out = [f"{pad}c = tl.program_id(1)", f"{pad}lo = c * CHUNK"]
+        out += [f"{pad}v{m.id} = {code[m]}" for m in pre]
+        for m in reds:
+            init = f"tl.full([BLOCK_R, BLOCK_I], {_RED_INIT[m.op]}, tl.float32)" if m.op in _RED_INIT else \
+                "tl.zeros([BLOCK_R, BLOCK_I], dtype=tl.float32)"
+            out.append(f"{pad}acc{m.id} = {init}")
+        out.append(f"{pad}for r0 in range(lo, lo + CHUNK, BLOCK_R):")
+        out += [f"{inner}rr = r0 + tl.arange(0, BLOCK_R)"] + T.full_index("rr", inner)
+        out.append(f"{inner}fmask = fmask & (rr[:, None] < lo + CHUNK)  # its own chunk, whatever BLOCK_R is")
+        step = [f"{inner}v{m.id} = {code[m]}" for m in closure([a for r in reds for a in _flat(r.args)])]
+        for m in reds:
+            if m.op in _RED_INIT:
+                step.append(f"{inner}acc{m.id} = tl.{'maximum' if m.op == 'max' else 'minimum'}(acc{m.id}, {masked(m)})")
+            else:
+                step.append(f"{inner}acc{m.id} += {masked(m)}")
+        out += loads_for(step, inner) + step
+        for j, m in enumerate(reds):
+            part = f"tl.{m.op}(acc{m.id}, axis=0, keep_dims=True)" if m.op in _RED_INIT else \
+                f"tl.sum(acc{m.id}, axis=0, keep_dims=True)"
+            out.append(f"{pad}tl.store(w{j} + c * OI + rl, {part}, mask=rmask)")
+        return out
+
+    def _split_combine(self, reds: list[_Val], code: dict[_Val, str], finish: Any, pad: str) -> list[str]:
+        """Phase 2: each row tile combines its `n_split` partials, then the epilogue and the stores."""
+        g = self.g
+        out = [f"{pad}ss = tl.arange(0, parts_p2)", f"{pad}smask = (ss[:, None] < n_split) & rmask"]
+        for j, m in enumerate(reds):
+            other = _RED_INIT.get(m.op, "0.0")
+            out.append(f"{pad}part{m.id} = tl.load(w{j} + ss[:, None].to(tl.int64) * OI + rl, mask=smask, "
+                       f"other={other})")
+            out.append(f"{pad}v{m.id} = {finish(m, f'part{m.id}')}")
+        out += [f"{pad}v{m.id} = {code[m]}" for m in g.members if m.kind != "red" and g.space[m] != "full"]
+        return out + self._stores(pad, ("keep", "nokeep"), "rl", "rmask")
 
 
 TEMPLATES = {"ew": T.ELEMENTWISE, "red": T.REDUCTION, "mm": T.MATMUL}

@@ -42,6 +42,13 @@ def _ks_np2(n):
     return triton.next_power_of_2(max(int(n), 1))
 
 
+def _ks_sms(t):
+    """Streaming multiprocessors of `t`'s GPU (cached by torch); a few for the CPU (Triton's interpreter)."""
+    if t.is_cuda:
+        return torch.cuda.get_device_properties(t.device).multi_processor_count
+    return 4
+
+
 def _ks_bshape(*shapes):
     """The broadcast of `shapes` (plain Python: no torch operator runs)."""
     nd = max(len(s) for s in shapes)
