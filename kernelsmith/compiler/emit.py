@@ -295,7 +295,7 @@ class _KernelWriter:
         py += ["n_split = 1",
                f"if not single and outer * n_ib < _ks_sms({first}):  # fewer row programs than the GPU has SMs",
                "    n_split = min(triton.cdiv(R, block_r), max(8192 // block_i, 1), max(1024 // (outer * n_ib), 1))",
-               "chunk = triton.cdiv(triton.cdiv(R, n_split), block_r) * block_r  # a whole number of R tiles",
+               "chunk = max(triton.cdiv(triton.cdiv(R, n_split), block_r), 1) * block_r  # whole R tiles (R may be 0)",
                "n_split = triton.cdiv(R, chunk)", "OI, CHUNK = outer * I, chunk", "if outer * I > 0:",
                "    if n_split > 1:"]
         py += [f"        w{j} = torch.empty((n_split, outer * I), dtype=torch.float32, device={first}.device)"
