@@ -16,7 +16,8 @@ so a hang or a slow task cannot stop the sweep. Per file:
 2. **seed**: the root constants (assigned from literals, not from other names) are shrunk — an int above 128
    halved while it is even and above 128 (`--no-shrink`: the shipped sizes), tuples element by element — those `Task.load` accepts are applied,
    and `generate_seeds` runs on the CPU under `--policy`; the first seed (what `evolve` measures first) is the
-   one reported and checked. Outcome: produced, refused (`SeedUnsupported`: its
+   one reported and checked. Under lenient a refused model gets the offline proposer's next step too: its
+   module calls seeded one by one (`workshop/offline/parts.py`, `from_parts` in the row). Outcome: produced, refused (`SeedUnsupported`: its
    reason, whether it names a line of the task file), error (any other exception) or timeout; the time to the
    outcome.
 3. **`--check`**: a produced seed is run against the reference on the CPU (Triton's interpreter,
@@ -307,6 +308,20 @@ def run_seed(path: Path, source: str, shrinking: bool, policy: str = "strict", c
         return row
     except SeedUnsupported as exc:
         reason = str(exc)
+        if policy == "lenient":  # the offline proposer's next step: the model's module calls, seeded one by one
+            from kernelsmith.workshop.offline.parts import parts_seed
+
+            got = parts_seed(task.source, str(path))
+            if got.source is not None:
+                row = {"outcome": "produced", "patterns": got.patterns, "externs": [], "vendor": [], "seeds": 1,
+                       "from_parts": reason, "s": time.perf_counter() - t0, "shrunk": applied,
+                       "not_shrunk": sorted(set(wanted) - set(applied))}
+                if check:
+                    if conn is not None:
+                        conn.send({"seed": dict(row, verdict="timeout")})
+                    row.update(check_seed(path, task.source, got.source))
+                return row
+            reason = f"{reason}; and {got.why}"
         return {"outcome": "refused", "reason": reason, "line": line_named(reason, path),
                 "s": time.perf_counter() - t0, "shrunk": applied, "not_shrunk": sorted(set(wanted) - set(applied))}
     except Exception as exc:  # noqa: BLE001

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,54 @@ def test_round_zero_measures_every_seed_before_tuning(tmp_path: Path) -> None:
     strict = OfflineProposer(CONV_RELU, str(task), seed=3, policy="strict")
     one = asyncio.run(strict.propose(prompt, "r0c1", ProposalContext(None, 0, 0, 1))).text
     assert one.startswith("Tuned: ")
+
+
+UNTRACEABLE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A recurrent cell stepped in Python over the sequence: torch.fx cannot trace `range(x.size(1))`."""
+
+    def __init__(self):
+        super().__init__()
+        self.i2h = nn.Linear(12, 8)
+        self.out = nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = torch.zeros(x.size(0), 8, device=x.device)
+        for t in range(x.size(1)):
+            h = torch.tanh(self.i2h(torch.cat([x[:, t], h], dim=1)))
+        return torch.relu(self.out(h))
+
+
+def get_inputs():
+    return [torch.randn(3, 4, 4)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_forward_fx_cannot_trace_is_seeded_from_its_module_calls(tmp_path: Path) -> None:
+    """Under lenient the compiler's refusal of the whole forward is not the end: the model's module calls are
+    extracted with their real shapes, seeded one by one and assembled into one program (the forward's Python
+    stays), which the referee finds correct with Triton kernels launched. Strict still refuses, by the line."""
+    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+
+    task = tmp_path / "rnn.py"
+    task.write_text(UNTRACEABLE)
+    prompt = Prompt([{"role": "user", "content": "x"}])
+    text = asyncio.run(OfflineProposer(UNTRACEABLE, str(task), policy="lenient").propose(
+        prompt, "r0c0", ProposalContext(None, 0, 0, 0))).text
+    assert text.startswith("Seed from the model's module calls"), text[:500]
+    assert re.search(r"rnn\.py:1[45]: ", text.splitlines()[0])  # why the whole forward is not, with its line
+    cand = tmp_path / "seed.py"
+    cand.write_text(text.split("```python\n", 1)[1].rsplit("```", 1)[0])
+    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="lenient"))
+    assert v.status.value == "correct" and v.kernels, f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
+    strict = asyncio.run(OfflineProposer(UNTRACEABLE, str(task), policy="strict").propose(
+        prompt, "r0c0", ProposalContext(None, 0, 0, 0))).text
+    assert strict.startswith("The offline seed generator cannot translate this reference")
+    assert re.search(r"rnn\.py:1[45]: ", strict) and "module calls" not in strict

@@ -100,8 +100,18 @@ class OfflineProposer:
         """The first Triton version of the reference (computed once); a clear note when no template fits."""
         if self._seed_text is None:
             got = sandboxed_seed(self.task_source, self.task_path, policy=self.policy, precision=self.precision)
+            note = _note_of(got.patterns, got.vendor)
+            if got.source is None and self.policy == "lenient" and "sandbox failed" not in got.why:
+                from kernelsmith.workshop.offline.parts import parts_seed
+
+                whole = got.why
+                got = parts_seed(self.task_source, self.task_path, precision=self.precision)
+                note = (f"Seed from the model's module calls, each seeded on its own ({', '.join(got.patterns)}); "
+                        f"the whole forward is not: {whole.splitlines()[0][:300]}.")
+                if got.source is None:
+                    got.why = f"{whole}; and {got.why}"
             self._seed_source = got.source
-            self._seed_text = (_fenced(got.source, _note_of(got.patterns, got.vendor)) if got.source else
+            self._seed_text = (_fenced(got.source, note) if got.source else
                                f"The offline seed generator cannot translate this reference: {got.why}")
             self._alternates = [_fenced(src, "Another seed" + _note_of(pats, vendor)[len("Seed"):])
                                 for src, pats, vendor in got.alternates]
