@@ -499,3 +499,52 @@ def test_few_long_rows_split_the_reduction(forward: str, inputs: str, split: boo
     assert launches[0] == (2 if split else 1) * launches[1], launches  # same calls, split or not
     names = " ".join(k.name for k in knobs(result.source))
     assert "phase" not in names and "parts_p2" not in names and "n_split" not in names, names
+
+
+_ATTENTION_TASK = '''import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """minGPT's causal attention core (KernelBench level3/44's): the mask rebuilt by comparing a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16))
+
+    def forward(self, q, k, v):
+        T = q.size(-2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        keep = torch.logical_not(att < 0.05)
+        return torch.where(keep, att, att * 0.5) @ v, att > 0.2
+
+
+def get_inputs():
+    return [torch.randn(2, 3, 10, 8), torch.randn(2, 3, 10, 8), torch.randn(2, 3, 10, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_comparisons_masks_and_math_on_sizes_are_kernels(tmp_path: Path) -> None:
+    """`==`/`<`/`>` give masks (1.0/0.0 in a kernel, stored as bool), `masked_fill` and `torch.where` select
+    with them, `math.sqrt` of a traced size is Python in forward: minGPT's attention is all Triton under strict,
+    and the referee finds it correct, including the boolean output."""
+    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+
+    task = tmp_path / "task_attention.py"
+    task.write_text(_ATTENTION_TASK)
+    result = generate_seed(_ATTENTION_TASK, filename=str(task), policy="strict")
+    assert "reduction" in result.patterns and result.patterns.count("matmul_epilogue") == 2
+    assert "math.sqrt(" in result.source and not result.externs
+    cand = tmp_path / "seed.py"
+    cand.write_text(result.source)
+    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
+    assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"

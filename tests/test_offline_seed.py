@@ -300,8 +300,8 @@ def get_init_inputs():
 # Forms with no template: (forward body, words the message must contain).
 UNSUPPORTED = {
     "cumsum": ("return torch.cumsum(x, dim=1)", ["cumsum", "no template"]),
-    # refused from the graph before any shape is known: torch.where (`x > 0` on tensors is refused only later)
-    "comparison": ("return torch.where(x > 0, x, x * 0.1)", ["torch.where", "no template"]),
+    # torch.where's one-argument form gives indices (comparisons, masks and the three-argument form are kernels)
+    "where_indices": ("return torch.where(x > 0)[0].float()", ["torch.where(condition)", "no template"]),
     "argmax": ("return torch.max(x, dim=1)[1].float()", ["argmax"]),
     "dropout": ("return F.dropout(x, p=0.5, training=True)", ["dropout"]),
     "non_contiguous_dims": ("return x.sum(dim=(0, 2))", ["non-contiguous"]),

@@ -5,13 +5,14 @@
 `Model(*init_inputs)` on the meta device (no memory, no compute), traces it with `torch.fx.symbolic_trace` and
 propagates shapes on meta tensors. Every traced node is lowered to a small IR:
 
-- elementwise ops (`ew`): activations, arithmetic with tensors or scalars, casts — nn modules, `F.*`,
-  `torch.*` and tensor methods all map to the same ops;
+- elementwise ops (`ew`): activations, arithmetic with tensors or scalars, casts, comparisons (masks: 1.0/0.0
+  in a kernel, stored as bool), `masked_fill` and three-argument `torch.where` — nn modules, `F.*`, `torch.*`
+  and tensor methods all map to the same ops;
 - reductions (`red`): sum / mean / max / min / sum-divided-by-(R - correction) over a contiguous block of
   dims; softmax, log-softmax, logsumexp, var/std, layer norm and RMS norm are lowered to them;
 - matmuls (`mm`): nn.Linear / F.linear (weight read transposed in place), matmul / mm / bmm / `@`, addmm;
-- glue: views, reshapes, permutes, sizes and Python arithmetic on them — left to torch in `forward` (the strict
-  policy allows views, copies and allocation outside kernels).
+- glue: views, reshapes, permutes, sizes and Python arithmetic on them (`math.sqrt(k.size(-1))` too) — left to
+  torch in `forward` (the strict policy allows views, copies and allocation outside kernels).
 
 The IR is fused greedily (each node joins the newest kernel that produced one of its operands when it fits):
 an elementwise chain over one domain → one `elementwise` kernel; reductions with their elementwise prologue

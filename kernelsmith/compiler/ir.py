@@ -109,13 +109,15 @@ _NAMESPACES = {
     "torch": "torch", "torch.functional": "torch", "torch.nn.functional": "torch.nn.functional",
     "torch._C._nn": "torch.nn.functional", "_operator": "operator", "operator": "operator",
     "builtins": "builtins", "torch.special": "torch.special", "torch._C._special": "torch.special",
-    "torch._C._VariableFunctions": "torch",
+    "torch._C._VariableFunctions": "torch", "math": "math",
 }
+# Python's math functions on traced sizes (`1.0 / math.sqrt(k.size(-1))`): glue, computed in forward.
+_MATH = frozenset("sqrt exp log log2 log10 pow floor ceil sin cos tan tanh erf fabs isqrt".split())
 _ALIASES = {
     "truediv": "div", "true_divide": "div", "divide": "div", "multiply": "mul", "subtract": "sub",
     "negative": "neg", "absolute": "abs", "clip": "clamp", "concat": "cat", "concatenate": "cat",
     "swapaxes": "transpose", "swapdims": "transpose", "moveaxis": "movedim", "expit": "sigmoid",
-    "mm": "matmul", "bmm": "matmul", "log_sigmoid": "logsigmoid", "special_expit": "sigmoid", "greater": "gt", "arctan": "atan", "clip_": "clamp_",
+    "mm": "matmul", "bmm": "matmul", "log_sigmoid": "logsigmoid", "special_expit": "sigmoid", "greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le", "not_equal": "ne", "arctan": "atan", "clip_": "clamp_",
 }
 _GLUE_METHODS = frozenset(
     "view reshape flatten unflatten permute transpose t unsqueeze squeeze expand expand_as view_as reshape_as "

@@ -15,6 +15,7 @@ from kernelsmith.compiler.ir import (
     _GLUE_FUNCTIONS,
     _GLUE_METHODS,
     _IDENTITY,
+    _MATH,
     _PY_OPS,
     _SKIP,
     DOT_DTYPES,
@@ -58,6 +59,8 @@ def _known(node: fx.Node, gm: fx.GraphModule) -> bool:
         name, ns = node.target, "method"
     elif node.op == "call_function":
         ns, name = _qualname(node.target)
+        if ns == "math":
+            return name in _MATH
         if ns not in ("torch", "torch.nn.functional", "operator", "builtins", "torch.special"):
             return False
     else:
@@ -204,7 +207,8 @@ class _Lowerer:
         for a in args:
             if isinstance(a, _Val):
                 if a.tensor:
-                    self._check_float(a)
+                    if a.dtype != torch.bool:  # masks (1.0 / 0.0 in a kernel) may feed any op
+                        self._check_float(a)
                 elif not isinstance(a.value, (int, float, bool)):
                     raise self.unsupported(f"operand {a.value!r} is not a number")
             elif not isinstance(a, (int, float, bool)):
@@ -470,7 +474,8 @@ class _Lowerer:
             name, ns = node.target, "method"
         else:
             ns, name = _qualname(node.target)
-            if ns not in ("torch", "torch.nn.functional", "operator", "builtins", "torch.special"):
+            if ns not in ("torch", "torch.nn.functional", "operator", "builtins", "torch.special", "math") or (
+                    ns == "math" and name not in _MATH):
                 raise SeedUnsupported(f"{self.here()} has no template")
         if name in _SKIP:
             return None
@@ -520,6 +525,8 @@ class _Lowerer:
             return self.glue(render, name, args)
         if ns == "builtins" and name == "getattr":
             return self.glue(lambda nm, a=args: f"{_arg(a[0], nm)}.{a[1]}", name, args)
+        if ns == "math" and name in _MATH and not kwargs:
+            return self.glue(lambda nm, a=args: f"math.{name}({', '.join(_arg(x, nm) for x in a)})", name, args)
         raise SeedUnsupported(f"{self.here()} has no template")
 
     def _tensor_glue(self, node: fx.Node, ns: str, name: str, args: tuple, kwargs: dict) -> _Val:
@@ -627,6 +634,27 @@ class _Lowerer:
         if self.const(rounding_mode) is not None:
             raise self.unsupported(f"div with rounding_mode={rounding_mode!r} has no template")
         return self.ew("div", input, other)
+
+    def _compare(self, op: str, input: Any, other: Any) -> _Val:
+        return self.ew(op, input, other, dtype=torch.bool)
+
+    def op_eq(self, input, other): return self._compare("eq", input, other)
+    def op_ne(self, input, other): return self._compare("ne", input, other)
+    def op_lt(self, input, other): return self._compare("lt", input, other)
+    def op_le(self, input, other): return self._compare("le", input, other)
+    def op_gt(self, input, other): return self._compare("gt", input, other)
+    def op_ge(self, input, other): return self._compare("ge", input, other)
+    def op_logical_not(self, input): return self.ew("logical_not", input, dtype=torch.bool)
+
+    def op_where(self, condition, input=None, other=None):
+        if input is None or other is None:
+            raise self.unsupported("torch.where(condition) (the indices) has no template")
+        return self.ew("where", condition, input, other)
+
+    def op_masked_fill(self, input, mask, value):
+        if isinstance(value, _Val) and value.tensor:
+            raise self.unsupported("masked_fill with a tensor value has no template")
+        return self.ew("masked_fill", input, mask, value)
 
     def op_maximum(self, input, other): return self.ew("maximum", input, other)
     def op_minimum(self, input, other): return self.ew("minimum", input, other)
