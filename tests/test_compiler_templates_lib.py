@@ -548,3 +548,49 @@ def test_comparisons_masks_and_math_on_sizes_are_kernels(tmp_path: Path) -> None
     cand.write_text(result.source)
     v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
     assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
+
+
+_LOSS_TASK = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init}
+
+    def forward(self, a, b, c):
+        {forward}
+
+
+def get_inputs():
+    return [torch.randn(6, 40), torch.randn(6, 40), torch.randn(6, 40)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("init, forward", [
+    ("pass", "return F.smooth_l1_loss(a, b, beta=0.5)"),
+    ("self.loss = nn.HuberLoss(delta=0.7, reduction='sum')", "return self.loss(a, b)"),
+    ("pass", "return F.kl_div(torch.log(torch.softmax(a, dim=1)), torch.softmax(b, dim=1), reduction='batchmean')"),
+    ("self.loss = nn.TripletMarginLoss(margin=0.5)", "return self.loss(a, b, c)"),
+    ("self.loss = nn.MSELoss()", "return self.loss(a, b) + F.l1_loss(a, c, reduction='none').mean()"),
+])
+def test_losses_are_pointwise_terms_and_a_reduction(init: str, forward: str, tmp_path: Path) -> None:
+    """KernelBench's losses (smooth L1/Huber, KL divergence with `batchmean`, triplet margin, MSE/L1) lower to
+    pointwise terms and reductions under strict, and the referee finds them correct."""
+    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+
+    source = _LOSS_TASK.format(init=init, forward=forward)
+    task = tmp_path / "task_loss.py"
+    task.write_text(source)
+    result = generate_seed(source, filename=str(task), policy="strict")
+    assert "reduction" in result.patterns and not result.externs
+    cand = tmp_path / "seed.py"
+    cand.write_text(result.source)
+    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
+    assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"

@@ -9,7 +9,8 @@ propagates shapes on meta tensors. Every traced node is lowered to a small IR:
   in a kernel, stored as bool), `masked_fill` and three-argument `torch.where` — nn modules, `F.*`, `torch.*`
   and tensor methods all map to the same ops;
 - reductions (`red`): sum / mean / max / min / sum-divided-by-(R - correction) over a contiguous block of
-  dims; softmax, log-softmax, logsumexp, var/std, layer norm and RMS norm are lowered to them;
+  dims; softmax, log-softmax, logsumexp, var/std, layer norm, RMS norm and the common losses (MSE, L1,
+  smooth L1/Huber, KL divergence, triplet margin) are lowered to them;
 - matmuls (`mm`): nn.Linear / F.linear (weight read transposed in place), matmul / mm / bmm / `@`, addmm;
 - glue: views, reshapes, permutes, sizes and Python arithmetic on them (`math.sqrt(k.size(-1))` too) — left to
   torch in `forward` (the strict policy allows views, copies and allocation outside kernels).

@@ -778,6 +778,71 @@ class _Lowerer:
         y = self.ew("mul", input, self.ew("rsqrt", self.ew("add", ms, eps)))
         return self.ew("mul", y, weight) if weight is not None else y
 
+    # -- losses, as KernelBench writes them: pointwise terms, then the reduction (a split one: few rows)
+    def _reduced(self, pointwise: _Val, reduction: Any, batch: _Val | None = None) -> _Val:
+        reduction = self.const(reduction)
+        if reduction == "none":
+            return pointwise
+        if reduction == "sum":
+            return self.red("sum", pointwise, None, False)
+        if reduction == "mean":
+            return self.red("mean", pointwise, None, False)
+        if reduction == "batchmean" and batch is not None and batch.shape:
+            return self.ew("div", self.red("sum", pointwise, None, False), float(batch.shape[0]))
+        raise self.unsupported(f"reduction={reduction!r} has no template")
+
+    def op_smooth_l1_loss(self, input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+        beta = float(self.const(beta))
+        d = self.ew("abs", self.ew("sub", input, target))
+        if beta == 0.0:
+            return self._reduced(d, reduction)
+        quad = self.ew("mul", self.ew("mul", d, d), 0.5 / beta)
+        return self._reduced(self.ew("where", self._compare("lt", d, beta), quad, self.ew("sub", d, 0.5 * beta)),
+                             reduction)
+
+    def op_huber_loss(self, input, target, reduction="mean", delta=1.0, weight=None):
+        if weight is not None:
+            raise self.unsupported("huber_loss with weights has no template")
+        delta = float(self.const(delta))
+        d = self.ew("abs", self.ew("sub", input, target))
+        quad = self.ew("mul", self.ew("mul", d, d), 0.5)
+        lin = self.ew("mul", self.ew("sub", d, 0.5 * delta), delta)
+        return self._reduced(self.ew("where", self._compare("lt", d, delta), quad, lin), reduction)
+
+    def op_mse_loss(self, input, target, size_average=None, reduce=None, reduction="mean", weight=None):
+        if weight is not None:
+            raise self.unsupported("mse_loss with weights has no template")
+        d = self.ew("sub", input, target)
+        return self._reduced(self.ew("mul", d, d), reduction)
+
+    def op_l1_loss(self, input, target, size_average=None, reduce=None, reduction="mean"):
+        return self._reduced(self.ew("abs", self.ew("sub", input, target)), reduction)
+
+    def op_kl_div(self, input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+        if self.const(log_target):
+            pointwise = self.ew("mul", self.ew("exp", target), self.ew("sub", target, input))
+        else:  # torch: xlogy(target, target) - target * input (0 where target is 0)
+            xlogy = self.ew("where", self._compare("eq", target, 0.0), 0.0,
+                            self.ew("mul", target, self.ew("log", target)))
+            pointwise = self.ew("sub", xlogy, self.ew("mul", target, input))
+        return self._reduced(pointwise, reduction, batch=input)
+
+    def op_pairwise_distance(self, x1, x2, p=2.0, eps=1e-6, keepdim=False):
+        p = float(self.const(p))
+        if p != 2.0:
+            raise self.unsupported(f"pairwise_distance with p={p} has no template")
+        d = self.ew("add", self.ew("sub", x1, x2), float(self.const(eps)))
+        return self.ew("sqrt", self.red("sum", self.ew("mul", d, d), -1, self.const(keepdim)))
+
+    def op_triplet_margin_loss(self, anchor, positive, negative, margin=1.0, p=2.0, eps=1e-6, swap=False,
+                               size_average=None, reduce=None, reduction="mean"):
+        if self.const(swap):
+            raise self.unsupported("triplet_margin_loss with swap=True has no template")
+        dp = self.op_pairwise_distance(anchor, positive, p, eps)
+        dn = self.op_pairwise_distance(anchor, negative, p, eps)
+        loss = self.ew("maximum", self.ew("add", self.ew("sub", dp, dn), float(self.const(margin))), 0.0)
+        return self._reduced(loss, reduction)
+
     def op_dropout(self, input, p=0.5, training=True, inplace=False):
         if float(self.const(p)) == 0.0 or not self.const(training):
             return input
@@ -827,6 +892,22 @@ class _Lowerer:
     def mod_Identity(self, mod, path, input, *args, **kwargs): return input
     def mod_Softmax(self, mod, path, input): return self.op_softmax(input, mod.dim)
     def mod_LogSoftmax(self, mod, path, input): return self.op_log_softmax(input, mod.dim)
+
+    def mod_SmoothL1Loss(self, mod, path, input, target):
+        return self.op_smooth_l1_loss(input, target, reduction=mod.reduction, beta=mod.beta)
+
+    def mod_HuberLoss(self, mod, path, input, target):
+        return self.op_huber_loss(input, target, reduction=mod.reduction, delta=mod.delta)
+
+    def mod_MSELoss(self, mod, path, input, target): return self.op_mse_loss(input, target, reduction=mod.reduction)
+    def mod_L1Loss(self, mod, path, input, target): return self.op_l1_loss(input, target, reduction=mod.reduction)
+
+    def mod_KLDivLoss(self, mod, path, input, target):
+        return self.op_kl_div(input, target, reduction=mod.reduction, log_target=mod.log_target)
+
+    def mod_TripletMarginLoss(self, mod, path, anchor, positive, negative):
+        return self.op_triplet_margin_loss(anchor, positive, negative, margin=mod.margin, p=mod.p, eps=mod.eps,
+                                           swap=mod.swap, reduction=mod.reduction)
 
     def mod_Dropout(self, mod, path, input):
         return self.op_dropout(input, mod.p, mod.training)
