@@ -594,3 +594,31 @@ def test_losses_are_pointwise_terms_and_a_reduction(init: str, forward: str, tmp
     cand.write_text(result.source)
     v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
     assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
+
+
+@pytest.mark.parametrize("forward, inputs", [
+    ("return torch.argmax(a, dim=1)", "torch.randn(5, 300), torch.randn(1)"),              # one tile a row
+    ("return torch.argmin(a * b, dim=0, keepdim=True)", "torch.randn(300, 7), torch.randn(7)"),
+    ("return torch.argmax(a, dim=1)", "torch.randn(3, 20000), torch.randn(1)"),             # looped over R
+    ("return torch.argmax(torch.floor(a), dim=1)", "torch.randn(4, 20000), torch.randn(1)"),  # ties: the first
+])
+def test_argmax_and_argmin_are_reductions(forward: str, inputs: str, tmp_path: Path) -> None:
+    """argmax/argmin over one dim: the extremum's first position (torch's answer on ties), in one tile or as a
+    running (best, index) pair over R's tiles; int64 out; the referee finds them correct."""
+    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+
+    source = _SPLIT_TASK.format(forward=forward, inputs=inputs)
+    task = tmp_path / "task_arg.py"
+    task.write_text(source)
+    result = generate_seed(source, filename=str(task), policy="strict")
+    assert result.patterns == ["reduction"]
+    cand = tmp_path / "seed.py"
+    cand.write_text(result.source)
+    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
+    assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
+
+
+def test_argmax_of_everything_is_refused_by_name() -> None:
+    source = _SPLIT_TASK.format(forward="return torch.argmax(a)", inputs="torch.randn(4, 5), torch.randn(1)")
+    with pytest.raises(SeedUnsupported, match=r"^task\.py:\d+: .*argmax over the flattened tensor"):
+        generate_seed(source, filename="task.py", policy="strict")

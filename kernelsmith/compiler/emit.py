@@ -22,6 +22,7 @@ from kernelsmith.compiler.lower import _arg, _Lowerer
 
 
 _RED_INIT = {"max": 'float("-inf")', "min": 'float("inf")'}
+_ARG = {"argmax": ("max", ">", 'float("-inf")'), "argmin": ("min", "<", 'float("inf")')}  # extremum, better, init
 _DTYPE_NAMES = {torch.float16: "torch.float16", torch.bfloat16: "torch.bfloat16", torch.float32: "torch.float32",
                 torch.float64: "torch.float64"}
 
@@ -175,6 +176,8 @@ class _KernelWriter:
                 code[m] = self.expr(m)
 
         def finish(m: _Val, acc: str) -> str:
+            if m.op in _ARG:  # one tile holding all of R: its position of the extremum (the first, as torch)
+                return f"tl.{m.op}({acc}, axis=0, keep_dims=True)"
             if m.op in ("max", "min"):
                 return f"tl.{m.op}({acc}, axis=0, keep_dims=True)"
             total = f"tl.sum({acc}, axis=0, keep_dims=True)"
@@ -185,7 +188,8 @@ class _KernelWriter:
             return total
 
         def masked(m: _Val) -> str:
-            return f"tl.where(fmask, {red_in[m]}, {_RED_INIT.get(m.op, '0.0')})"
+            init = _ARG[m.op][2] if m.op in _ARG else _RED_INIT.get(m.op, "0.0")
+            return f"tl.where(fmask, {red_in[m]}, {init})"
 
         def closure(targets: list[_Val]) -> list[_Val]:
             need: set[_Val] = set()
@@ -232,6 +236,10 @@ class _KernelWriter:
         for p in range(passes):
             reds = [m for m in members if m.kind == "red" and level[m] == p + 1]
             for m in reds:
+                if m.op in _ARG:  # the best value so far and its index, per column
+                    looped.append(f"{pad}best{m.id} = tl.full([1, BLOCK_I], {_ARG[m.op][2]}, tl.float32)")
+                    looped.append(f"{pad}acc{m.id} = tl.zeros([1, BLOCK_I], dtype=tl.int32)")
+                    continue
                 init = f"tl.full([BLOCK_R, BLOCK_I], {_RED_INIT[m.op]}, tl.float32)" if m.op in _RED_INIT else \
                     "tl.zeros([BLOCK_R, BLOCK_I], dtype=tl.float32)"
                 looped.append(f"{pad}acc{m.id} = {init}")
@@ -239,13 +247,21 @@ class _KernelWriter:
             looped += [f"{inner}rr = r0 + tl.arange(0, BLOCK_R)"] + T.full_index("rr", inner)
             step = [f"{inner}v{m.id} = {code[m]}" for m in closure([a for r in reds for a in _flat(r.args)])]
             for m in reds:
-                if m.op in _RED_INIT:
+                if m.op in _ARG:  # a tile's extremum replaces the best only when strictly better: the first wins
+                    ext, better, _ = _ARG[m.op]
+                    step += [f"{inner}tile{m.id} = {masked(m)}",
+                             f"{inner}tv{m.id} = tl.{ext}(tile{m.id}, axis=0, keep_dims=True)",
+                             f"{inner}ti{m.id} = tl.{m.op}(tile{m.id}, axis=0, keep_dims=True) + r0",
+                             f"{inner}win{m.id} = tv{m.id} {better} best{m.id}",
+                             f"{inner}acc{m.id} = tl.where(win{m.id}, ti{m.id}, acc{m.id})",
+                             f"{inner}best{m.id} = tl.where(win{m.id}, tv{m.id}, best{m.id})"]
+                elif m.op in _RED_INIT:
                     step.append(f"{inner}acc{m.id} = tl.{'maximum' if m.op == 'max' else 'minimum'}("
                                 f"acc{m.id}, {masked(m)})")
                 else:
                     step.append(f"{inner}acc{m.id} += {masked(m)}")
             looped += loads_for(step, inner) + step
-            looped += [f"{pad}v{m.id} = {finish(m, f'acc{m.id}')}" for m in reds]
+            looped += [f"{pad}v{m.id} = " + (f"acc{m.id}" if m.op in _ARG else finish(m, f"acc{m.id}")) for m in reds]
             looped += reduced_members(p + 1)
         full_out = [o for o in g.outputs if g.space[o] == "full"]
         if full_out:

@@ -218,7 +218,7 @@ class _Lowerer:
             dtype = self.node_dtype if self.node_dtype in FLOAT_DTYPES else tensors[0].dtype
         return self.new("ew", op, args, params, shape, dtype)
 
-    def red(self, kind: str, x: Any, dim: Any, keepdim: Any, correction: float = 0.0) -> _Val:
+    def red(self, kind: str, x: Any, dim: Any, keepdim: Any, correction: float = 0.0, dtype: Any = None) -> _Val:
         if not (isinstance(x, _Val) and x.tensor):
             raise self.unsupported("reduction of a non-tensor")
         self._check_float(x)
@@ -234,7 +234,8 @@ class _Lowerer:
             raise self.unsupported(f"reduction over non-contiguous dims {spec}")
         a, b = norm[0], norm[-1] + 1
         shape = x.shape[:a] + ((1,) * (b - a) if keepdim else ()) + x.shape[b:]
-        dtype = self.node_dtype if self.node_dtype in FLOAT_DTYPES else x.dtype
+        if dtype is None:
+            dtype = self.node_dtype if self.node_dtype in FLOAT_DTYPES else x.dtype
         return self.new("red", kind, (x,), {"spec": spec, "block": (a, b), "keepdim": keepdim,
                                             "correction": float(correction)}, shape, dtype)
 
@@ -715,6 +716,16 @@ class _Lowerer:
         if dim is None:
             return self.red(kind, input, None, False)
         return _Pair(self.red(kind, input, dim, keepdim), self.here(), self.node)
+
+    def _arg(self, kind: str, input: Any, dim: Any, keepdim: Any) -> _Val:
+        if self.const(dim) is None:
+            raise self.unsupported(f"{kind} over the flattened tensor (dim=None) has no template")
+        if not isinstance(self.const(dim), int):
+            raise self.unsupported(f"{kind} over several dims has no template")
+        return self.red(kind, input, dim, keepdim, dtype=torch.int64)
+
+    def op_argmax(self, input, dim=None, keepdim=False): return self._arg("argmax", input, dim, keepdim)
+    def op_argmin(self, input, dim=None, keepdim=False): return self._arg("argmin", input, dim, keepdim)
 
     def op_max(self, input, dim=None, keepdim=False, other=None):
         return self._maxmin("max", input, other if other is not None else dim, keepdim)
