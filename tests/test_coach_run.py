@@ -39,20 +39,23 @@ def test_store_holds_prompt_and_response_of_every_step(run_dir: Path) -> None:
     store = RunStore(run_dir / "run.db")
     programs = store.programs("main")
     prompts = store.prompts("main")
-    assert len(prompts) == 4  # 2 rounds x 2 children; one child duplicated an earlier program (not stored)
+    assert len(prompts) == 4  # 2 rounds x 2 children
     answers = {a["child"]: a for a in store.answers("main")}  # every child's own answer, under its name
     assert all(answers[p["child"]]["prompt_hash"] == p["hash"] for p in prompts)
-    assert sorted(a["outcome"] for a in answers.values()) == ["duplicate", "program", "program", "program"]
+    outcomes = [answers[c]["outcome"] for c in sorted(answers)]
+    # round 0: the seed and a configuration of it; round 1: the tuner's, a duplicate of an earlier program is
+    # not stored (which configurations it samples follows the program's text, so the count may vary)
+    assert outcomes[:2] == ["program", "program"] and set(outcomes[2:]) <= {"program", "duplicate"}
     store.close()
     (run,) = load_steps([run_dir])
-    assert not run.unlinked and len(run.steps) == len(programs) == 3
+    assert not run.unlinked and len(run.steps) == len(programs) == outcomes.count("program")
     for s in run.steps:
         assert s.prompt_verified and prompt_digest(s.messages) == s.prompt_hash
         base = s.parent_code or ""
         assert parse_response(s.response, Candidate(base)).candidate.digest == s.child_digest
         assert s.child_status == "correct" and s.child_speedup is None  # CPU: no timing
     kinds = sorted(s.kind for s in run.steps)
-    assert kinds == ["optimise", "translate", "translate"]  # round 0: the seed and a configuration of it
+    assert kinds == ["optimise"] * (len(programs) - 2) + ["translate", "translate"]
     assert run.reference == TASK.read_text()
 
 
@@ -65,7 +68,10 @@ def test_cpu_run_gives_first_steps_only(run_dir: Path, tmp_path: Path) -> None:
                                                                      ("translate", "r0c1", None)]
     card = out.with_suffix(".md").read_text()
     assert "Correctness-only data" in card and "only translation (first) steps qualify" in card
-    assert "| later step without measured speedups | 1 |" in card
+    store = RunStore(run_dir / "run.db")
+    later = sum(1 for r in store.programs("main") if r["round"] > 0)
+    store.close()
+    assert f"| later step without measured speedups | {later} |" in card
 
 
 def test_rl_rows_for_trl_and_verl(run_dir: Path, tmp_path: Path) -> None:
