@@ -444,6 +444,20 @@ def test_layer_norm_split_only_when_rows_are_few(rows: int, shape: tuple, librar
     assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
 
 
+def _seed_judged(source: str, tmp_path: Path, name: str) -> object:
+    """The strict seed of `source`, after the referee (CPU, Triton's interpreter) found it correct."""
+    from kernelsmith.referee.evaluation import EvalOptions, evaluate
+
+    task = tmp_path / f"task_{name}.py"
+    task.write_text(source)
+    result = generate_seed(source, filename=str(task), policy="strict")
+    cand = tmp_path / f"seed_{name}.py"
+    cand.write_text(result.source)
+    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
+    assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
+    return result
+
+
 _SPLIT_TASK = '''import torch
 import torch.nn as nn
 
@@ -537,17 +551,9 @@ def test_comparisons_masks_and_math_on_sizes_are_kernels(tmp_path: Path) -> None
     """`==`/`<`/`>` give masks (1.0/0.0 in a kernel, stored as bool), `masked_fill` and `torch.where` select
     with them, `math.sqrt` of a traced size is Python in forward: minGPT's attention is all Triton under strict,
     and the referee finds it correct, including the boolean output."""
-    from kernelsmith.referee.evaluation import EvalOptions, evaluate
-
-    task = tmp_path / "task_attention.py"
-    task.write_text(_ATTENTION_TASK)
-    result = generate_seed(_ATTENTION_TASK, filename=str(task), policy="strict")
+    result = _seed_judged(_ATTENTION_TASK, tmp_path, "attention")
     assert "reduction" in result.patterns and result.patterns.count("matmul_epilogue") == 2
     assert "math.sqrt(" in result.source and not result.externs
-    cand = tmp_path / "seed.py"
-    cand.write_text(result.source)
-    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
-    assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
 
 
 _LOSS_TASK = '''import torch
@@ -583,17 +589,8 @@ def get_init_inputs():
 def test_losses_are_pointwise_terms_and_a_reduction(init: str, forward: str, tmp_path: Path) -> None:
     """KernelBench's losses (smooth L1/Huber, KL divergence with `batchmean`, triplet margin, MSE/L1) lower to
     pointwise terms and reductions under strict, and the referee finds them correct."""
-    from kernelsmith.referee.evaluation import EvalOptions, evaluate
-
-    source = _LOSS_TASK.format(init=init, forward=forward)
-    task = tmp_path / "task_loss.py"
-    task.write_text(source)
-    result = generate_seed(source, filename=str(task), policy="strict")
+    result = _seed_judged(_LOSS_TASK.format(init=init, forward=forward), tmp_path, "loss")
     assert "reduction" in result.patterns and not result.externs
-    cand = tmp_path / "seed.py"
-    cand.write_text(result.source)
-    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
-    assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
 
 
 @pytest.mark.parametrize("forward, inputs", [
@@ -605,17 +602,8 @@ def test_losses_are_pointwise_terms_and_a_reduction(init: str, forward: str, tmp
 def test_argmax_and_argmin_are_reductions(forward: str, inputs: str, tmp_path: Path) -> None:
     """argmax/argmin over one dim: the extremum's first position (torch's answer on ties), in one tile or as a
     running (best, index) pair over R's tiles; int64 out; the referee finds them correct."""
-    from kernelsmith.referee.evaluation import EvalOptions, evaluate
-
-    source = _SPLIT_TASK.format(forward=forward, inputs=inputs)
-    task = tmp_path / "task_arg.py"
-    task.write_text(source)
-    result = generate_seed(source, filename=str(task), policy="strict")
+    result = _seed_judged(_SPLIT_TASK.format(forward=forward, inputs=inputs), tmp_path, "arg")
     assert result.patterns == ["reduction"]
-    cand = tmp_path / "seed.py"
-    cand.write_text(result.source)
-    v = evaluate(task, cand, EvalOptions(device="cpu", timeout_s=240, policy="strict"))
-    assert v.status.value == "correct", f"{v.status.value}: {v.error}\n{v.log[-3000:]}"
 
 
 def test_argmax_of_everything_is_refused_by_name() -> None:
