@@ -610,3 +610,19 @@ def test_argmax_of_everything_is_refused_by_name() -> None:
     source = _SPLIT_TASK.format(forward="return torch.argmax(a)", inputs="torch.randn(4, 5), torch.randn(1)")
     with pytest.raises(SeedUnsupported, match=r"^task\.py:\d+: .*argmax over the flattened tensor"):
         generate_seed(source, filename="task.py", policy="strict")
+
+
+def test_row_norms_are_reductions_and_a_whole_tensor_norm_is_refused(tmp_path: Path) -> None:
+    """`x / x.norm(p=2, dim=1, keepdim=True)` (KernelBench 39) is a reduction with its epilogue; p=1 and inf too.
+    A norm of the whole tensor is refused by name under strict (one program would hold the tensor) and stays
+    torch's call under lenient, the division still a kernel."""
+    forward = ("return a / torch.norm(a, p=2, dim=1, keepdim=True) + a.norm(p=1, dim=1, keepdim=True) "
+               "* torch.norm(a, p=float('inf'), dim=1, keepdim=True)")
+    result = _seed_judged(_SPLIT_TASK.format(forward=forward, inputs="torch.randn(6, 50), torch.randn(1)"),
+                          tmp_path, "norm")
+    assert set(result.patterns) == {"reduction"} and not result.externs
+    whole = _SPLIT_TASK.format(forward="return a / torch.norm(a, p='fro')", inputs="torch.randn(6, 50), torch.randn(1)")
+    with pytest.raises(SeedUnsupported, match=r"^task\.py:\d+: .*norm over the whole tensor"):
+        generate_seed(whole, filename="task.py", policy="strict")
+    lenient = generate_seed(whole, filename="task.py", policy="lenient")
+    assert any("norm" in e for e in lenient.externs) and lenient.patterns == ["elementwise"]

@@ -789,6 +789,23 @@ class _Lowerer:
         y = self.ew("mul", input, self.ew("rsqrt", self.ew("add", ms, eps)))
         return self.ew("mul", y, weight) if weight is not None else y
 
+    def op_norm(self, input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
+        """Vector norms over given dims (L2Norm's `x / x.norm(p=2, dim=1, keepdim=True)`). Over the whole tensor
+        it is refused (lenient: torch's call): what follows is usually `x / norm`, a full-size output that would
+        put the whole tensor in one program."""
+        p, dim = self.const(p), self.const(dim)
+        if dim is None or dim == () or dim == []:
+            raise self.unsupported("norm over the whole tensor has no template (a split reduction with a "
+                                   "full-size output is not written yet)")
+        x = self._cast(input, dtype)
+        if p in ("fro", 2, 2.0):
+            return self.ew("sqrt", self.red("sum", self.ew("mul", x, x), dim, keepdim))
+        if p in (1, 1.0):
+            return self.red("sum", self.ew("abs", x), dim, keepdim)
+        if p == float("inf"):
+            return self.red("max", self.ew("abs", x), dim, keepdim)
+        raise self.unsupported(f"norm with p={p!r} has no template")
+
     # -- losses, as KernelBench writes them: pointwise terms, then the reduction (a split one: few rows)
     def _reduced(self, pointwise: _Val, reduction: Any, batch: _Val | None = None) -> _Val:
         reduction = self.const(reduction)
