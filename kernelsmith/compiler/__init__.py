@@ -72,7 +72,7 @@ __all__ = ["DEFAULT_PRECISION", "POLICIES", "PRECISIONS", "VENDOR_FIRST", "SeedR
            "generate_seed", "generate_seeds", "seed_for_task"]
 
 # Lenient seeds leave these library families to torch first (cuDNN's convolution, neighbours fused in Triton):
-# on the H200 that seed beat the Triton implicit-GEMM one on most convolution tasks (docs/benchmarks.md).
+# on the H200 that seed was often faster than the Triton implicit-GEMM one (docs/benchmarks.md, 2026-12-04).
 VENDOR_FIRST = ("conv",)
 
 

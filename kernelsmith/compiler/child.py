@@ -2,7 +2,8 @@
 only in sandboxed children (docs/architecture.md). `python -m kernelsmith.compiler.child WORK_DIR` reads
 `job.json` (the task's source and file name; optional `policy`: "strict" | "lenient", default strict, and
 `precision`: null | "ieee" | "tf32x3" | "tf32") and writes `result.json` (the seed's source and patterns, the
-other seeds worth measuring as `alternates` — `generate_seeds` — or why there is none). The orchestrator gets text back: a candidate program, judged by the referee like any other.
+other seeds worth measuring as `alternates` — `generate_seeds` — or why there is none). The orchestrator gets
+text back: a candidate program, judged by the referee like any other.
 """
 
 from __future__ import annotations

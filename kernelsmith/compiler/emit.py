@@ -22,7 +22,25 @@ from kernelsmith.compiler.lower import _arg, _Lowerer
 
 
 _RED_INIT = {"max": 'float("-inf")', "min": 'float("inf")'}
-_ARG = {"argmax": ("max", ">", 'float("-inf")'), "argmin": ("min", "<", 'float("inf")')}  # extremum, better, init
+_ARG = {"argmax": ("max", ">"), "argmin": ("min", "<")}  # the extremum it follows, and "strictly better"
+
+
+def _init_of(op: str) -> str:
+    """The value masked-off elements take in reduction `op` (argmax/argmin: their extremum's)."""
+    return _RED_INIT.get(_ARG[op][0] if op in _ARG else op, "0.0")
+
+
+def _acc_init(m: _Val, pad: str) -> str:
+    """A [BLOCK_R, BLOCK_I] accumulator for sum-like and max/min reductions, updated by `_acc_step`."""
+    init = f"tl.full([BLOCK_R, BLOCK_I], {_RED_INIT[m.op]}, tl.float32)" if m.op in _RED_INIT else \
+        "tl.zeros([BLOCK_R, BLOCK_I], dtype=tl.float32)"
+    return f"{pad}acc{m.id} = {init}"
+
+
+def _acc_step(m: _Val, value: str, pad: str) -> str:
+    if m.op in _RED_INIT:
+        return f"{pad}acc{m.id} = tl.{'maximum' if m.op == 'max' else 'minimum'}(acc{m.id}, {value})"
+    return f"{pad}acc{m.id} += {value}"
 _DTYPE_NAMES = {torch.float16: "torch.float16", torch.bfloat16: "torch.bfloat16", torch.float32: "torch.float32",
                 torch.float64: "torch.float64"}
 
@@ -176,9 +194,7 @@ class _KernelWriter:
                 code[m] = self.expr(m)
 
         def finish(m: _Val, acc: str) -> str:
-            if m.op in _ARG:  # one tile holding all of R: its position of the extremum (the first, as torch)
-                return f"tl.{m.op}({acc}, axis=0, keep_dims=True)"
-            if m.op in ("max", "min"):
+            if m.op in ("max", "min") or m.op in _ARG:  # argmax/argmin: the first position, as torch's
                 return f"tl.{m.op}({acc}, axis=0, keep_dims=True)"
             total = f"tl.sum({acc}, axis=0, keep_dims=True)"
             if m.op == "mean":
@@ -188,8 +204,7 @@ class _KernelWriter:
             return total
 
         def masked(m: _Val) -> str:
-            init = _ARG[m.op][2] if m.op in _ARG else _RED_INIT.get(m.op, "0.0")
-            return f"tl.where(fmask, {red_in[m]}, {init})"
+            return f"tl.where(fmask, {red_in[m]}, {_init_of(m.op)})"
 
         def closure(targets: list[_Val]) -> list[_Val]:
             need: set[_Val] = set()
@@ -237,29 +252,24 @@ class _KernelWriter:
             reds = [m for m in members if m.kind == "red" and level[m] == p + 1]
             for m in reds:
                 if m.op in _ARG:  # the best value so far and its index, per column
-                    looped.append(f"{pad}best{m.id} = tl.full([1, BLOCK_I], {_ARG[m.op][2]}, tl.float32)")
+                    looped.append(f"{pad}best{m.id} = tl.full([1, BLOCK_I], {_init_of(m.op)}, tl.float32)")
                     looped.append(f"{pad}acc{m.id} = tl.zeros([1, BLOCK_I], dtype=tl.int32)")
-                    continue
-                init = f"tl.full([BLOCK_R, BLOCK_I], {_RED_INIT[m.op]}, tl.float32)" if m.op in _RED_INIT else \
-                    "tl.zeros([BLOCK_R, BLOCK_I], dtype=tl.float32)"
-                looped.append(f"{pad}acc{m.id} = {init}")
+                else:
+                    looped.append(_acc_init(m, pad))
             looped.append(f"{pad}for r0 in range(0, R, BLOCK_R):")
             looped += [f"{inner}rr = r0 + tl.arange(0, BLOCK_R)"] + T.full_index("rr", inner)
             step = [f"{inner}v{m.id} = {code[m]}" for m in closure([a for r in reds for a in _flat(r.args)])]
             for m in reds:
                 if m.op in _ARG:  # a tile's extremum replaces the best only when strictly better: the first wins
-                    ext, better, _ = _ARG[m.op]
+                    ext, better = _ARG[m.op]
                     step += [f"{inner}tile{m.id} = {masked(m)}",
                              f"{inner}tv{m.id} = tl.{ext}(tile{m.id}, axis=0, keep_dims=True)",
                              f"{inner}ti{m.id} = tl.{m.op}(tile{m.id}, axis=0, keep_dims=True) + r0",
                              f"{inner}win{m.id} = tv{m.id} {better} best{m.id}",
                              f"{inner}acc{m.id} = tl.where(win{m.id}, ti{m.id}, acc{m.id})",
                              f"{inner}best{m.id} = tl.where(win{m.id}, tv{m.id}, best{m.id})"]
-                elif m.op in _RED_INIT:
-                    step.append(f"{inner}acc{m.id} = tl.{'maximum' if m.op == 'max' else 'minimum'}("
-                                f"acc{m.id}, {masked(m)})")
                 else:
-                    step.append(f"{inner}acc{m.id} += {masked(m)}")
+                    step.append(_acc_step(m, masked(m), inner))
             looped += loads_for(step, inner) + step
             looped += [f"{pad}v{m.id} = " + (f"acc{m.id}" if m.op in _ARG else finish(m, f"acc{m.id}")) for m in reds]
             looped += reduced_members(p + 1)
@@ -331,19 +341,12 @@ class _KernelWriter:
         `pre`: the reduced-size values the reduced operands need, computed before the loop as in phase 0."""
         out = [f"{pad}c = tl.program_id(1)", f"{pad}lo = c * CHUNK"]
         out += [f"{pad}v{m.id} = {code[m]}" for m in pre]
-        for m in reds:
-            init = f"tl.full([BLOCK_R, BLOCK_I], {_RED_INIT[m.op]}, tl.float32)" if m.op in _RED_INIT else \
-                "tl.zeros([BLOCK_R, BLOCK_I], dtype=tl.float32)"
-            out.append(f"{pad}acc{m.id} = {init}")
+        out += [_acc_init(m, pad) for m in reds]
         out.append(f"{pad}for r0 in range(lo, lo + CHUNK, BLOCK_R):")
         out += [f"{inner}rr = r0 + tl.arange(0, BLOCK_R)"] + T.full_index("rr", inner)
         out.append(f"{inner}fmask = fmask & (rr[:, None] < lo + CHUNK)  # its own chunk, whatever BLOCK_R is")
         step = [f"{inner}v{m.id} = {code[m]}" for m in closure([a for r in reds for a in _flat(r.args)])]
-        for m in reds:
-            if m.op in _RED_INIT:
-                step.append(f"{inner}acc{m.id} = tl.{'maximum' if m.op == 'max' else 'minimum'}(acc{m.id}, {masked(m)})")
-            else:
-                step.append(f"{inner}acc{m.id} += {masked(m)}")
+        step += [_acc_step(m, masked(m), inner) for m in reds]
         out += loads_for(step, inner) + step
         for j, m in enumerate(reds):
             part = f"tl.{m.op}(acc{m.id}, axis=0, keep_dims=True)" if m.op in _RED_INIT else \
@@ -356,9 +359,8 @@ class _KernelWriter:
         g = self.g
         out = [f"{pad}ss = tl.arange(0, parts_p2)", f"{pad}smask = (ss[:, None] < n_split) & rmask"]
         for j, m in enumerate(reds):
-            other = _RED_INIT.get(m.op, "0.0")
             out.append(f"{pad}part{m.id} = tl.load(w{j} + ss[:, None].to(tl.int64) * OI + rl, mask=smask, "
-                       f"other={other})")
+                       f"other={_init_of(m.op)})")
             out.append(f"{pad}v{m.id} = {finish(m, f'part{m.id}')}")
         out += [f"{pad}v{m.id} = {code[m]}" for m in g.members if m.kind != "red" and g.space[m] != "full"]
         return out + self._stores(pad, ("keep", "nokeep"), "rl", "rmask")

@@ -117,7 +117,8 @@ _ALIASES = {
     "truediv": "div", "true_divide": "div", "divide": "div", "multiply": "mul", "subtract": "sub",
     "negative": "neg", "absolute": "abs", "clip": "clamp", "concat": "cat", "concatenate": "cat",
     "swapaxes": "transpose", "swapdims": "transpose", "moveaxis": "movedim", "expit": "sigmoid",
-    "mm": "matmul", "bmm": "matmul", "log_sigmoid": "logsigmoid", "special_expit": "sigmoid", "greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le", "not_equal": "ne", "arctan": "atan", "clip_": "clamp_",
+    "mm": "matmul", "bmm": "matmul", "log_sigmoid": "logsigmoid", "special_expit": "sigmoid", "arctan": "atan",
+    "clip_": "clamp_", "greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le", "not_equal": "ne",
 }
 _GLUE_METHODS = frozenset(
     "view reshape flatten unflatten permute transpose t unsqueeze squeeze expand expand_as view_as reshape_as "

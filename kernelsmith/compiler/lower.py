@@ -43,6 +43,12 @@ from kernelsmith.compiler.library import (
 )
 
 
+def _lowered_namespace(ns: str, name: str) -> bool:
+    """Whether a call_function from `ns` can be lowered at all (Python's math only on sizes: glue)."""
+    return ns in ("torch", "torch.nn.functional", "operator", "builtins", "torch.special") or (
+        ns == "math" and name in _MATH)
+
+
 def _known(node: fx.Node, gm: fx.GraphModule) -> bool:
     """Whether `_Lowerer.call` could lower `node` for some values of its arguments: False means refused
     whatever the shapes, so a model with such an operator is refused before any shape is propagated (an RNN
@@ -59,10 +65,10 @@ def _known(node: fx.Node, gm: fx.GraphModule) -> bool:
         name, ns = node.target, "method"
     elif node.op == "call_function":
         ns, name = _qualname(node.target)
-        if ns == "math":
-            return name in _MATH
-        if ns not in ("torch", "torch.nn.functional", "operator", "builtins", "torch.special"):
+        if not _lowered_namespace(ns, name):
             return False
+        if ns == "math":
+            return True
     else:
         return True
     if name in _SKIP:
@@ -475,8 +481,7 @@ class _Lowerer:
             name, ns = node.target, "method"
         else:
             ns, name = _qualname(node.target)
-            if ns not in ("torch", "torch.nn.functional", "operator", "builtins", "torch.special", "math") or (
-                    ns == "math" and name not in _MATH):
+            if not _lowered_namespace(ns, name):
                 raise SeedUnsupported(f"{self.here()} has no template")
         if name in _SKIP:
             return None

@@ -93,8 +93,9 @@ def run(job: dict[str, Any], work: Path) -> dict[str, Any]:
     # Repetitions from the slower of the model and the model with the parts swapped in: on the CPU the parts
     # run in Triton's interpreter, often far slower than the eager model, and a count set by the eager time
     # alone ran a ResNet block's interpreted convolutions past the worker's time limit.
+    swapped = [p if i in good else None for i, p in enumerate(built)]
     slowest = 0.0
-    for parts_on in ([None] * len(built), [p if i in good else None for i, p in enumerate(built)]):
+    for parts_on in ([None] * len(built), swapped):
         new.__dict__["_ks_parts"] = parts_on
         one = time.perf_counter()
         new(*inputs)
@@ -116,8 +117,7 @@ def run(job: dict[str, Any], work: Path) -> dict[str, Any]:
     new.__dict__["_ks_parts"] = [None] * len(built)
     result["model_ms"] = round(_median_ms(lambda: model(*inputs), reps, device), 4)
     new.__dict__["_ks_call"] = timed
-    for state, parts_on in (("before", [None] * len(built)),
-                            ("after", [p if i in good else None for i, p in enumerate(built)])):
+    for state, parts_on in (("before", [None] * len(built)), ("after", swapped)):
         new.__dict__["_ks_parts"] = parts_on
         times.clear()
         whole = []
@@ -134,7 +134,7 @@ def run(job: dict[str, Any], work: Path) -> dict[str, Any]:
             parts.setdefault(str(k), {}).update({f"{state}_ms": round(ms, 4),
                                                  f"{state}_share": round(min(1.0, ms / max(total, 1e-9)), 6)})
     del new.__dict__["_ks_call"]
-    new.__dict__["_ks_parts"] = [p if i in good else None for i, p in enumerate(built)]
+    new.__dict__["_ks_parts"] = swapped
     result["new_ms"] = round(_median_ms(lambda: new(*inputs), reps, device), 4)
     result["parts"] = parts
     return result

@@ -28,6 +28,9 @@ def _softplus(a: str, b: str, threshold: str) -> str:
     return f"tl.where({a} * {b} > {threshold}, {a}, tl.log(1.0 + tl.exp({a} * {b})) / {b})"
 
 
+_COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
 def ew_expr(op: str, a: list[str], p: dict) -> str:
     """The fp32 Triton expression for elementwise `op` over operand expressions `a` with parameters `p`."""
     x = a[0] if a else ""
@@ -79,19 +82,15 @@ def ew_expr(op: str, a: list[str], p: dict) -> str:
         "pow": lambda: _pow(x, p["exponent"]),
         "rpow": lambda: f"tl.exp({x} * {literal(math.log(p['base']))})",
         "identity": lambda: x,
-        # comparisons and selections: booleans are 1.0 / 0.0 inside a kernel, stored as torch.bool
-        "eq": lambda: f"tl.where({a[0]} == {a[1]}, 1.0, 0.0)",
-        "ne": lambda: f"tl.where({a[0]} != {a[1]}, 1.0, 0.0)",
-        "lt": lambda: f"tl.where({a[0]} < {a[1]}, 1.0, 0.0)",
-        "le": lambda: f"tl.where({a[0]} <= {a[1]}, 1.0, 0.0)",
-        "gt": lambda: f"tl.where({a[0]} > {a[1]}, 1.0, 0.0)",
-        "ge": lambda: f"tl.where({a[0]} >= {a[1]}, 1.0, 0.0)",
+        # selections: booleans are 1.0 / 0.0 inside a kernel (comparisons: `_COMPARE`), stored as torch.bool
         "logical_not": lambda: f"tl.where({x} != 0.0, 0.0, 1.0)",
         "where": lambda: f"tl.where({a[0]} != 0.0, {a[1]}, {a[2]})",           # where(cond, a, b)
         "masked_fill": lambda: f"tl.where({a[1]} != 0.0, {a[2]}, {a[0]})",     # masked_fill(x, mask, value)
     }
     if op in simple:
         return simple[op]()
+    if op in _COMPARE:
+        return f"tl.where({a[0]} {_COMPARE[op]} {a[1]}, 1.0, 0.0)"
     if op == "clamp":
         out = x
         if p.get("min"):
@@ -110,9 +109,8 @@ def ew_expr(op: str, a: list[str], p: dict) -> str:
 EW_OPS = frozenset(
     "add sub mul div neg maximum minimum relu relu6 sigmoid silu tanh gelu gelu_tanh leaky_relu elu selu softplus "
     "mish hardsigmoid hardswish logsigmoid softsign exp log abs sqrt rsqrt reciprocal erf sin cos floor ceil "
-    "square log1p expm1 log2 log10 exp2 sign trunc pow rpow identity clamp cast eq ne lt le gt ge logical_not where "
-    "masked_fill".split()
-)
+    "square log1p expm1 log2 log10 exp2 sign trunc pow rpow identity clamp cast logical_not where masked_fill".split()
+) | frozenset(_COMPARE)
 
 
 def elementwise_kernel(name: str, doc: str, n_in: int, n_out: int, n_scalar: int, body: list[str]) -> str:

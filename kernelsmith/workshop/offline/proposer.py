@@ -43,6 +43,7 @@ class Seeds:
     source: str | None
     patterns: list[str]
     why: str = ""
+    sandbox_failed: bool = False  # the sandbox itself failed (time, memory): no answer about the task
     vendor: list[str] = dataclasses.field(default_factory=list)
     alternates: list[tuple[str, list[str], list[str]]] = dataclasses.field(default_factory=list)
 
@@ -59,7 +60,7 @@ def sandboxed_seed(task_source: str, task_path: str, timeout_s: float = SEED_TIM
     if data is None:
         why = ("it ran past its time limit" if outcome.timed_out else "it ran out of memory"
                if outcome.memory_exceeded else f"it ended without an answer: {' '.join(log.split())[-200:]}")
-        return Seeds(None, [], f"the seed generator's sandbox failed: {why}")
+        return Seeds(None, [], f"the seed generator's sandbox failed: {why}", sandbox_failed=True)
     source, patterns = data.get("source"), data.get("patterns")
     if data.get("ok") is True and isinstance(source, str) and isinstance(patterns, list):
         alternates = []
@@ -101,7 +102,7 @@ class OfflineProposer:
         if self._seed_text is None:
             got = sandboxed_seed(self.task_source, self.task_path, policy=self.policy, precision=self.precision)
             note = _note_of(got.patterns, got.vendor)
-            if got.source is None and self.policy == "lenient" and "sandbox failed" not in got.why:
+            if got.source is None and self.policy == "lenient" and not got.sandbox_failed:
                 from kernelsmith.workshop.offline.parts import parts_seed
 
                 whole = got.why
