@@ -30,9 +30,9 @@ for s in $steps; do
              --hard-deadline-s ${HARD:-380} --task-timeout-s 200 --out "$out/${tag}_ovc.json" > "$out/${tag}_ovc.log" 2>&1 ;;
     sweep) timeout -k 5 ${SWEEP_S:-240} $py benchmarks/kernelbench_sweep.py "$kb" --policy ${POLICY:-lenient} --check \
              --device cuda --no-set-check --shrink-above 16 --timeout-s 90 --jobs ${JOBS:-12} \
-             --out "$out/${tag}_sweep.json" > "$out/${tag}_sweep.log" 2>&1 ;;
-    optimize) timeout -k 5 ${OPT_S:-420} $py benchmarks/optimize_models.py --kb "$kb" --device cuda \
-             --out "$out/${tag}_optimize.json" > "$out/${tag}_optimize.log" 2>&1 ;;
+             ${ONLY:+--only $ONLY} --out "$out/${tag}_sweep.json" > "$out/${tag}_sweep.log" 2>&1 ;;
+    optimize) timeout -k 5 ${OPT_S:-420} $py benchmarks/optimize_models.py --kb "$kb" --device cuda --deadline-s $(( ${OPT_S:-420} - 30 )) \
+             --work /tmp/om --out "$out/${tag}_optimize.json" > "$out/${tag}_optimize.log" 2>&1 ;;
   esac
   echo "step $s rc=$? ${SECONDS} s"
   tail -n ${TAIL:-12} "$out/${tag}_"*"${s/tests/gpu_tests}"*.log 2>/dev/null
