@@ -14,7 +14,9 @@ so a hang or a slow task cannot stop the sweep. Per file:
    run the same way, gives that value — and agrees with `Task.constants` on every other int constant (the
    ones derived from it followed). A file is refused when any of its constants is not settable.
 2. **seed**: the root constants (assigned from literals, not from other names) are shrunk — an int above 128
-   halved while it is even and above 128 (`--no-shrink`: the shipped sizes), tuples element by element — those `Task.load` accepts are applied,
+   halved while it is even and above `--shrink-above` (`--no-shrink`: the shipped sizes), tuples element by element — those `Task.load`
+   accepts are applied; where the reference does not run at those sizes, larger thresholds, then every root
+   size above the threshold divided by one common power of two (sizes tied by a ratio stay tied),
    and `generate_seeds` runs on the CPU under `--policy`; the first seed (what `evolve` measures first) is the
    one reported and checked. Under lenient a refused model gets the offline proposer's next step too: its
    module calls seeded one by one (`workshop/offline/parts.py`, `from_parts` in the row). Outcome: produced, refused (`SeedUnsupported`: its
@@ -268,26 +270,51 @@ def _shrunk(path: Path, truth: dict[str, Any], roots: set[str], above: int) -> t
     return wanted, applied
 
 
+def _halved_together(path: Path, truth: dict[str, Any], roots: set[str]) -> dict[str, Any]:
+    """The last rung: every root size above `SHRINK_ABOVE` divided by one common power of two, so sizes tied
+    by a ratio stay tied (KernelBench level2/34: LayerNorm(out_channels) over a transposed convolution's
+    width, out_channels = 2 * W); the deepest division at which the reference still runs, else nothing."""
+    big = {k: v for k, v in truth.items() if k in roots and type(v) is int and v > SHRINK_ABOVE}
+    best: dict[str, Any] = {}
+    k = 1
+    while big and all(v % (1 << k) == 0 for v in big.values()) and max(big.values()) >> k >= SHRINK_ABOVE:
+        trial = {n: v >> k for n, v in big.items()}
+        try:
+            Task.load(path, trial, device="cpu")
+        except Exception:  # noqa: BLE001 - what this version's --set refuses stays as shipped
+            break
+        if not _runs_at(path, trial):
+            break
+        best, k = trial, k + 1
+    return best
+
+
 def run_seed(path: Path, source: str, shrinking: bool, policy: str = "strict", check: bool = False,
              conn: Any = None) -> dict[str, Any]:
     truth = top_level_values(source)
     roots = root_names(source) if shrinking else set()
     # The smallest sizes of the ladder at which the reference still runs (a CNN downsamples to nothing).
     ladder = sorted({SHRINK_ABOVE, max(SHRINK_ABOVE, 64), max(SHRINK_ABOVE, 128)})
+    applied: dict[str, Any] = {}
+    wanted: dict[str, Any] = {}
     for above in ladder:
-        wanted, applied = _shrunk(path, truth, roots, above)
-        if not applied or _runs_at(path, applied):
+        wanted, trial = _shrunk(path, truth, roots, above)
+        if not trial:
+            break
+        if _runs_at(path, trial):
+            applied = trial
             break
         # constants back at their shipped sizes, largest first (an image a fixed pooling window needs whole)
         kept: set[str] = set()
-        for k in sorted(applied, key=lambda k: -_size_of(truth[k]))[:4]:
+        for k in sorted(trial, key=lambda k: -_size_of(truth[k]))[:4]:
             kept.add(k)
-            if _runs_at(path, {n: v for n, v in applied.items() if n not in kept}):
+            if _runs_at(path, {n: v for n, v in trial.items() if n not in kept}):
+                applied = {n: v for n, v in trial.items() if n not in kept}
                 break
-        else:
-            continue
-        applied = {n: v for n, v in applied.items() if n not in kept}
-        break
+        if applied:
+            break
+    if not applied and roots:  # no rung runs (sizes tied by a ratio): all of them divided together
+        applied = _halved_together(path, truth, roots)
     t0 = time.perf_counter()
     try:
         task = Task.load(path, applied, device="cpu")
