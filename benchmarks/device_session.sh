@@ -6,9 +6,17 @@
 # (KernelBench's level1-3 files) for the KernelBench steps):
 #   bash benchmarks/device_session.sh TAG "tests speed pool"    ... TAG "aa"    ... TAG "ovc"    ... TAG "sweep optimize"
 set -u
+# The wheels go into the interpreter's own site-packages (root there): the sandboxes bind the interpreter's
+# library dirs and set their own PYTHONPATH, so a --target dir under /tmp is invisible to a sandboxed worker
+# (optimize's check of optimized.py imports pydantic). Elsewhere, --target /tmp/site as before.
 if [ -d .whl ] && [ -z "${KS_WHEELS_DONE:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} KS_WHEELS_DONE=1 || exit 1
+  if [ -w "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade .whl/*.whl || exit 1
+  else
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} || exit 1
+  fi
+  export KS_WHEELS_DONE=1
 fi
 kb=${KB:-.kb/KernelBench}
 tag=${1:?tag}; steps=${2:-"tests speed pool"}
@@ -31,8 +39,9 @@ for s in $steps; do
     sweep) timeout -k 5 ${SWEEP_S:-240} $py benchmarks/kernelbench_sweep.py "$kb" --policy ${POLICY:-lenient} --check \
              --device cuda --no-set-check --shrink-above 16 --timeout-s 90 --jobs ${JOBS:-12} \
              ${ONLY:+--only $ONLY} --out "$out/${tag}_sweep.json" > "$out/${tag}_sweep.log" 2>&1 ;;
-    optimize) timeout -k 5 ${OPT_S:-420} $py benchmarks/optimize_models.py --kb "$kb" --device cuda --deadline-s $(( ${OPT_S:-420} - 30 )) \
-             --work /tmp/om --out "$out/${tag}_optimize.json" > "$out/${tag}_optimize.log" 2>&1 ;;
+    optimize) [ -n "${OPT_FRESH:-}" ] && rm -rf /tmp/om  # else a cut-off step resumes where it stopped
+             timeout -k 5 ${OPT_S:-420} $py benchmarks/optimize_models.py --kb "$kb" --device cuda --deadline-s $(( ${OPT_S:-420} - 30 )) \
+             ${OPT_ARGS:-} --work /tmp/om --out "$out/${tag}_optimize.json" > "$out/${tag}_optimize.log" 2>&1 ;;
   esac
   echo "step $s rc=$? ${SECONDS} s"
   tail -n ${TAIL:-12} "$out/${tag}_"*"${s/tests/gpu_tests}"*.log 2>/dev/null
