@@ -429,3 +429,70 @@ def test_parts_are_placed_after_their_inputs_or_left_as_original_ops() -> None:
     items, skipped = plan(chained, [_part(0, ["a", "c"], ["x", "b"], ["a", "c"])])
     assert list(skipped) == [0] and "contiguous" in skipped[0]
     assert [it["out"] for it in items] == ["x", "a", "b", "c", "output"]
+
+
+def test_a_part_whose_reference_fails_beside_other_evaluations_is_judged_again_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen on an H100 (2026-12-06, KernelBench level3/44_MiniGPTBlock at its real sizes): two parts judged eight
+    at a time ran the GPU out of memory in their references (a task failure, not the candidates'), both parts'
+    runs stopped and nothing was swapped. Here the referee fails the task whenever another evaluation is in flight:
+    each part is run once more one evaluation at a time, finishes, and is swapped in."""
+    import threading
+
+    from kernelsmith.optimize import OptimizeOptions, optimize
+    from kernelsmith.referee.pool import LocalPool
+    from kernelsmith.workshop.config import load_config
+
+    real_run = LocalPool.run
+    lock = threading.Lock()
+    state = {"in_flight": 0, "faults": 0, "alone": 0}
+
+    def crowded_run(self: LocalPool, request: Any) -> dict[str, Any]:
+        with lock:
+            state["in_flight"] += 1
+            crowded = state["in_flight"] > 1
+        try:
+            time.sleep(0.3)  # long enough for the evaluations started with it to overlap
+            with lock:
+                crowded = crowded or state["in_flight"] > 1
+            if crowded:
+                state["faults"] += 1
+                return {"status": "runtime_error", "correct": False, "fault": "task", "fault_kind": "memory",
+                        "error": "the task's reference failed: OutOfMemoryError: CUDA out of memory"}
+            state["alone"] += 1
+            return real_run(self, request)
+        finally:
+            with lock:
+                state["in_flight"] -= 1
+
+    monkeypatch.setattr(LocalPool, "run", crowded_run)
+    (tmp_path / "mlp.py").write_text(MLP)
+    cfg = load_config(None, {"rounds": 1, "population": 2, "run_dir": tmp_path / "run", "proposer": "offline",
+                             "device": "cpu", "eval_workers": 4})  # as on a GPU: parts judged side by side
+    said: list[str] = []
+    report = optimize(tmp_path / "mlp.py", cfg, OptimizeOptions(top=2, swap="correct"), say=said.append)
+    assert state["faults"] > 0 and state["alone"] > 0, state  # the first round was crowded, the retry was not
+    assert sum("once more, one evaluation at a time" in line for line in said) >= 1, said
+    assert all(p["status"] == "finished" for p in report["parts"]), report["parts"]
+    assert report["swapped"] and report["verdict"]["correct"], report
+
+
+def test_a_part_that_keeps_failing_says_why_it_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task failure that is not transient stops the part after its one retry; the report names the failure
+    (not "no judged program") and the next optimize of the dir evolves that part again."""
+    from kernelsmith.optimize import OptimizeOptions, optimize
+    from kernelsmith.referee.pool import LocalPool
+    from kernelsmith.workshop.config import load_config
+
+    def failing_run(self: LocalPool, request: Any) -> dict[str, Any]:
+        return {"status": "runtime_error", "correct": False, "fault": "task", "fault_kind": "error",
+                "error": "the task's reference failed: RuntimeError: planted"}
+
+    monkeypatch.setattr(LocalPool, "run", failing_run)
+    (tmp_path / "mlp.py").write_text(MLP)
+    cfg = load_config(None, {"rounds": 1, "population": 2, "run_dir": tmp_path / "run", "proposer": "offline",
+                             "device": "cpu"})
+    report = optimize(tmp_path / "mlp.py", cfg, OptimizeOptions(top=1, swap="correct"))
+    (row,) = report["parts"]
+    assert row["status"] == "stopped" and not row["swapped"], row
+    assert "planted" in row["reason"] and "TaskFailed" in row["reason"], row

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,7 @@ def _evolve_parts(config: RunConfig, run_dir: Path, extracted: dict[str, Any], c
     # The pool places work but does not bound it: every part may use all `workers` slots, the semaphore keeps the
     # parts together within them (a part that is proposing leaves its slots to the others).
     slots = threading.BoundedSemaphore(workers)
+    alone = threading.Lock()  # a part judged one evaluation at a time holds every slot, one such part at a time
     pool = None
     if not config.referee_url:
         from kernelsmith.referee.pool import LocalPool, RequestError
@@ -219,22 +221,40 @@ def _evolve_parts(config: RunConfig, run_dir: Path, extracted: dict[str, Any], c
         task = Task.load(run_dir / "extract" / t["file"], device=config.device)
         cfg = config.model_copy(update={"task": task.path, "run_dir": part_dir, "overrides": {},
                                         "eval_workers": config.eval_workers or workers})
-        judge = None
+        judge = judge_alone = None
         if pool is not None:
             settings = cfg.eval_settings()
 
+            def judged(candidate: Candidate) -> Verdict:
+                return Verdict.coerce(pool.run(EvalRequest(task_source=task.source, task_name=task.name,
+                                                           candidate_source=candidate.source, options=settings)))
+
             def judge(candidate: Candidate) -> Verdict:
                 with slots:
-                    return Verdict.coerce(pool.run(EvalRequest(task_source=task.source, task_name=task.name,
-                                                               candidate_source=candidate.source, options=settings)))
+                    return judged(candidate)
+
+            def judge_alone(candidate: Candidate) -> Verdict:
+                with alone, ExitStack() as held:
+                    for _ in range(workers):
+                        held.enter_context(slots)
+                    return judged(candidate)
         resume = (part_dir / "run.db").exists()
         _say(say, f"part {part_dir.name}: {'resuming' if resume else 'evolving'} ({cfg.rounds} rounds × "
                   f"{cfg.population})")
         try:
             summary = evolve(cfg, resume=resume, judge=judge, changed=changed if resume else None)
+            if summary.get("task_failure"):
+                # The part's task failed while nothing was correct yet. A part is the model's real shapes, its
+                # reference is also run in float64, beside every other evaluation in flight: the likeliest
+                # cause is memory or time they held, so once more with nothing else judged at the same time.
+                _say(say, f"part {part_dir.name}: {summary.get('stopped')}; once more, one evaluation at a time")
+                summary = evolve(cfg, resume=True, judge=judge_alone, changed=None)
         except Exception as exc:  # noqa: BLE001 - one part's failure is its outcome; the others go on
             _say(say, f"part {part_dir.name}: failed: {exc}")
             return {"status": "failed", "reason": " ".join(str(exc).split())[:400]}
+        if summary.get("stopped"):  # resumed by the next optimize of this dir; the report says why it stopped
+            _say(say, f"part {part_dir.name}: stopped: {summary['stopped']}")
+            return {"status": "stopped", "reason": " ".join(f"stopped: {summary['stopped']}".split())[:400]}
         _say(say, f"part {part_dir.name}: best {summary.get('best_id')} ({summary.get('best_status')}"
                   + (f", {summary['best_speedup']:.3f}×" if summary.get("best_speedup") else "") + ")")
         return {"status": "finished", "reused": False}
