@@ -69,6 +69,16 @@ TASKS = {
                       "        y = torch.sigmoid(self.fc(x))\n        z = torch.sort(y, dim=1)[0]\n"
                       "        return torch.softmax(z * 3.0, dim=1)",
                       "torch.randn(5, 6)"), [MM, RED], ["sort"]),
+    # KernelBench's Mamba2 (level3/48, /49): einops' rearrange stays that call (the program imports einops), and a
+    # mask made in forward from a traced size and the input's device (`torch.ones(T, T, device=x.device,
+    # dtype=bool)`) is the same torch call; the segment sums around them are fused
+    "einops_segsum": (_task("        pass",
+                            "        y = rearrange(x, 'b (c l) -> b c l', l=4)\n        T = y.size(-1)\n"
+                            "        mask = torch.tril(torch.ones(T, T, device=x.device, dtype=bool))\n"
+                            "        s = y[..., :, None] - y[..., None, :]\n"
+                            "        return torch.exp(s.masked_fill(~mask, -torch.inf)) * 2.0",
+                            "torch.randn(3, 8)").replace(_HEAD, _HEAD + "from einops import rearrange\n"),
+                      [EW], ["einops.rearrange", "torch.ones", "torch.tril"]),
 }
 
 
@@ -107,7 +117,8 @@ def test_lenient_seed_is_correct_and_fuses_around_externs(name: str, seeds, verd
     assert v.kernels, "the seed launched no Triton kernel"
 
 
-@pytest.mark.parametrize("name", ["cumsum_epilogue", "lstm_head", "topk_argmax", "barrier", "tensor_in_forward"])
+@pytest.mark.parametrize("name", ["cumsum_epilogue", "lstm_head", "topk_argmax", "barrier", "tensor_in_forward",
+                                  "einops_segsum"])
 def test_strict_still_refuses_with_the_op_and_line(name: str) -> None:
     source, _, words = TASKS[name]
     with pytest.raises(SeedUnsupported, match=r"^task\.py:\d+: ") as info:
@@ -121,6 +132,9 @@ def test_the_extern_is_the_torch_call_in_forward(seeds) -> None:
     assert "_ks_attr(self, 'lstm')(x)" in src
     assert "torch.cumsum(x, dim=1)" in seeds["cumsum_epilogue"][2].source
     assert "torch.tensor(0.25, dtype=torch.float32, device=x.device)" in seeds["tensor_in_forward"][2].source
+    einops = seeds["einops_segsum"][2].source
+    assert "import einops" in einops and "einops.rearrange(x, 'b (c l) -> b c l', l=4)" in einops
+    assert "dtype=torch.bool" in einops  # `dtype=bool` as the torch dtype it means
 
 
 @pytest.mark.parametrize("policy", ["strict", "lenient"])

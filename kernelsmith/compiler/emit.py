@@ -567,7 +567,8 @@ def _emit(task_source: str, low: _Lowerer, signature: str, filename: str = "<tas
     doc = (f"Seed translated from the reference by kernelsmith (templates: {', '.join(dict.fromkeys(patterns))}): "
            "parameters are created by the reference's own __init__ code.")
     cls_text, imports, deps = _class_source(task_source, forward, doc)
-    header = [ln for ln in dict.fromkeys(T.IMPORTS + imports)]
+    einops = ["import einops"] if "einops." in cls_text else []  # a call left to einops (lenient)
+    header = [ln for ln in dict.fromkeys(T.IMPORTS + einops + imports)]
     future = [ln for ln in header if ln.startswith("from __future__")]
     header = future + [ln for ln in header if ln not in future]
     parts = [

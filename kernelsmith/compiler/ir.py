@@ -109,7 +109,7 @@ _NAMESPACES = {
     "torch": "torch", "torch.functional": "torch", "torch.nn.functional": "torch.nn.functional",
     "torch._C._nn": "torch.nn.functional", "_operator": "operator", "operator": "operator",
     "builtins": "builtins", "torch.special": "torch.special", "torch._C._special": "torch.special",
-    "torch._C._VariableFunctions": "torch", "math": "math",
+    "torch._C._VariableFunctions": "torch", "math": "math", "einops.einops": "einops",
 }
 # Python's math functions on traced sizes (`1.0 / math.sqrt(k.size(-1))`): glue, computed in forward.
 _MATH = frozenset("sqrt exp log log2 log10 pow floor ceil sin cos tan tanh erf fabs isqrt".split())

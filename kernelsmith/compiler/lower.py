@@ -989,6 +989,8 @@ def _replace_vals(obj: Any, new: dict[_Val, _Val]) -> Any:
 
 
 # Namespaces whose functions an extern writes as `<prefix>.<name>` (the program imports torch).
+# einops' functions, recorded as calls by the tracer (`trace._einops_functions`): under lenient they stay calls.
+EINOPS_FUNCTIONS = ("rearrange", "reduce", "repeat", "einsum", "pack", "unpack")
 _EXTERN_NAMESPACES = {
     "torch": "torch", "torch.functional": "torch", "torch._C._VariableFunctions": "torch",
     "torch.nn.functional": "torch.nn.functional", "torch._C._nn": "torch.nn.functional",
@@ -1020,6 +1022,8 @@ def _function_call(fn: Any, pos: list[str], kw: list[str]) -> str | None:
     if mod == "builtins":
         return f"{name}({', '.join(pos + kw)})" if name in ("getattr", "len", "min", "max", "abs", "int", "float",
                                                              "sum", "round", "tuple", "list") else None
+    if mod.split(".")[0] == "einops" and name in EINOPS_FUNCTIONS:
+        return f"einops.{name}({', '.join(pos + kw)})"  # the program imports einops (emit)
     prefix = _EXTERN_NAMESPACES.get(mod)
     if prefix is None:
         return None

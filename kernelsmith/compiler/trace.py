@@ -113,6 +113,25 @@ class _Recorder(fx.Interpreter):
         return out
 
 
+_FACTORIES = ("ones", "zeros", "empty", "full", "arange", "eye", "rand", "randn", "linspace", "tril_indices",
+              "triu_indices")
+
+_PY_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype(), complex: torch.complex64}
+
+
+def _einops_functions() -> tuple[Any, ...]:
+    """einops' functions, where einops is installed: fx records a call to them as one node (their pattern
+    strings are constants) instead of following them into code that rejects a Proxy. Under lenient the node stays
+    that call in the generated forward; strict refuses it by name."""
+    try:
+        import einops
+    except ImportError:
+        return ()
+    from kernelsmith.compiler.lower import EINOPS_FUNCTIONS
+
+    return tuple(f for name in EINOPS_FUNCTIONS if callable(f := getattr(einops, name, None)))
+
+
 class _LineTracer(fx.Tracer):
     """fx's tracer, noting in each node the task file's line that made it (the innermost frame of that file),
     so messages name it. fx's own `record_stack_traces` costs ~1.5 s of imports on its first use. Buffers are
@@ -123,8 +142,29 @@ class _LineTracer(fx.Tracer):
     trace_asserts = True  # `assert H == self.img_size[0]` becomes a guard node (removed), not a refusal
 
     def __init__(self, filename: str):
-        super().__init__()
+        super().__init__(autowrap_functions=_einops_functions())
         self.filename = filename
+
+    def trace(self, root: Any, concrete_args: dict | None = None) -> fx.Graph:
+        """fx's trace, with torch's factories recorded as calls when a size or device is traced (`torch.ones(T, T,
+        device=x.device)`, `T = x.size(-1)`): fx gives a factory no Proxy dispatch, so it would fail on them."""
+        saved = {name: getattr(torch, name) for name in _FACTORIES}
+        try:
+            for name, fn in saved.items():
+                setattr(torch, name, self._factory(fn))
+            return super().trace(root, concrete_args)
+        finally:
+            for name, fn in saved.items():
+                setattr(torch, name, fn)
+
+    def _factory(self, fn: Any) -> Any:
+        def factory(*args: Any, **kwargs: Any) -> Any:
+            if any(isinstance(a, fx.Proxy) for a in _leaves([*args, *kwargs.values()])):
+                if kwargs.get("dtype") in _PY_DTYPES:  # `dtype=bool`: a Python type is no graph argument
+                    kwargs = {**kwargs, "dtype": _PY_DTYPES[kwargs["dtype"]]}
+                return self.create_proxy("call_function", fn, args, kwargs)
+            return fn(*args, **kwargs)
+        return factory
 
     def create_node(self, *args: Any, **kwargs: Any) -> fx.Node:
         node = super().create_node(*args, **kwargs)
