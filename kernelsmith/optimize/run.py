@@ -244,9 +244,9 @@ def _evolve_parts(config: RunConfig, run_dir: Path, extracted: dict[str, Any], c
         try:
             summary = evolve(cfg, resume=resume, judge=judge, changed=changed if resume else None)
             if summary.get("task_failure"):
-                # The part's task failed while nothing was correct yet. A part is the model's real shapes, its
-                # reference is also run in float64, beside every other evaluation in flight: the likeliest
-                # cause is memory or time they held, so once more with nothing else judged at the same time.
+                # The part's task failed while nothing was correct yet. A part runs at the model's real shapes,
+                # beside every other evaluation in flight: the likeliest cause is memory or time they held, so
+                # once more with nothing else judged at the same time.
                 _say(say, f"part {part_dir.name}: {summary.get('stopped')}; once more, one evaluation at a time")
                 summary = evolve(cfg, resume=True, judge=judge_alone, changed=None)
         except Exception as exc:  # noqa: BLE001 - one part's failure is its outcome; the others go on
