@@ -43,13 +43,14 @@ class Model(nn.Module):
 
 # name -> (task source, expected kernel patterns, words the externs must name)
 TASKS = {
-    # a scan no template covers, then bias + activation + residual: one fused elementwise kernel after it
-    "cumsum_epilogue": (_task("        self.b = nn.Parameter(torch.randn(7))",
-                              "        y = torch.cumsum(x, dim=1)\n        return torch.relu(y + self.b) * 0.5 + x",
-                              "torch.randn(5, 7)"), [EW], ["cumsum"]),
+    # a scan no template covers (logcumsumexp; cumsum/cumprod have one), then bias + activation + residual: one
+    # fused elementwise kernel after it
+    "scan_epilogue": (_task("        self.b = nn.Parameter(torch.randn(7))",
+                              "        y = torch.logcumsumexp(x, dim=1)\n        return torch.relu(y + self.b) * 0.5 + x",
+                              "torch.randn(5, 7)"), [EW], ["logcumsumexp"]),
     # nothing but an extern: the result is written through a copy kernel (the program's one Triton launch)
-    "only_extern": (_task("        pass", "        return torch.cumsum(x, dim=0)", "torch.randn(6, 9)"),
-                    [EW], ["cumsum"]),
+    "only_extern": (_task("        pass", "        return torch.logcumsumexp(x, dim=0)", "torch.randn(6, 9)"),
+                    [EW], ["logcumsumexp"]),
     # a module returning a tuple, read through getitem, then a fused Linear
     "lstm_head": (_task("        self.lstm = nn.LSTM(6, 8, num_layers=2, batch_first=True)\n"
                         "        self.fc = nn.Linear(8, 3)",
@@ -117,7 +118,7 @@ def test_lenient_seed_is_correct_and_fuses_around_externs(name: str, seeds, verd
     assert v.kernels, "the seed launched no Triton kernel"
 
 
-@pytest.mark.parametrize("name", ["cumsum_epilogue", "lstm_head", "topk_argmax", "barrier", "tensor_in_forward",
+@pytest.mark.parametrize("name", ["scan_epilogue", "lstm_head", "topk_argmax", "barrier", "tensor_in_forward",
                                   "einops_segsum"])
 def test_strict_still_refuses_with_the_op_and_line(name: str) -> None:
     source, _, words = TASKS[name]
@@ -130,7 +131,7 @@ def test_the_extern_is_the_torch_call_in_forward(seeds) -> None:
     """The generated forward calls the reference's own submodule and torch function (no fabricated code)."""
     src = seeds["lstm_head"][2].source
     assert "_ks_attr(self, 'lstm')(x)" in src
-    assert "torch.cumsum(x, dim=1)" in seeds["cumsum_epilogue"][2].source
+    assert "torch.logcumsumexp(x, dim=1)" in seeds["scan_epilogue"][2].source
     assert "torch.tensor(0.25, dtype=torch.float32, device=x.device)" in seeds["tensor_in_forward"][2].source
     einops = seeds["einops_segsum"][2].source
     assert "import einops" in einops and "einops.rearrange(x, 'b (c l) -> b c l', l=4)" in einops
@@ -153,7 +154,7 @@ def test_unknown_policy_or_precision_is_refused() -> None:
 
 
 def _job(tmp_path: Path, **keys: object) -> dict:
-    (tmp_path / "job.json").write_text(json.dumps({"source": TASKS["cumsum_epilogue"][0],
+    (tmp_path / "job.json").write_text(json.dumps({"source": TASKS["scan_epilogue"][0],
                                                    "filename": "task.py", **keys}))
     assert child_main(tmp_path) == 0
     return json.loads((tmp_path / "result.json").read_text())
@@ -161,7 +162,7 @@ def _job(tmp_path: Path, **keys: object) -> dict:
 
 def test_the_sandboxed_job_reads_policy_and_precision(tmp_path: Path) -> None:
     strict = _job(tmp_path)
-    assert strict["ok"] is False and "cumsum" in strict["reason"]
+    assert strict["ok"] is False and "logcumsumexp" in strict["reason"]
     lenient = _job(tmp_path, policy="lenient", precision="ieee")
     assert lenient["ok"] is True and lenient["patterns"] == [EW]
     assert "# kernelsmith-precision: ieee" in lenient["source"]

@@ -42,7 +42,7 @@ SCAN_TASK = _HEAD + '''class Model(nn.Module):
         self.pool = nn.MaxPool1d(3, stride=2)
 
     def forward(self, x):
-        return torch.cumsum(self.pool(x), dim=2) * 2.0
+        return torch.logcumsumexp(self.pool(x), dim=2) * 2.0
 
 
 def get_inputs():
@@ -53,7 +53,7 @@ def get_init_inputs():
     return []
 '''
 
-POOL_TASK = SCAN_TASK.replace("torch.cumsum(self.pool(x), dim=2) * 2.0", "self.pool(x) * 2.0")
+POOL_TASK = SCAN_TASK.replace("torch.logcumsumexp(self.pool(x), dim=2) * 2.0", "self.pool(x) * 2.0")
 
 MATMUL_TASK = _HEAD + '''class Model(nn.Module):
     def forward(self, a, b):
@@ -127,7 +127,7 @@ def test_a_refusing_entry_falls_back_to_the_torch_call_under_lenient(monkeypatch
     _install(monkeypatch, "nn.MaxPool1d", lambda info: (_ for _ in ()).throw(info.refuse("no")))
     result = generate_seed(SCAN_TASK, filename="task.py", policy="lenient")
     forward = result.source.split("def forward", 1)[1]
-    assert "_ks_attr(self, 'pool')(x)" in forward and "torch.cumsum(" in forward
+    assert "_ks_attr(self, 'pool')(x)" in forward and "torch.logcumsumexp(" in forward
     assert result.patterns == ["elementwise"]
 
 

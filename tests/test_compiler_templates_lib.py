@@ -626,3 +626,65 @@ def test_row_norms_are_reductions_and_a_whole_tensor_norm_is_refused(tmp_path: P
         generate_seed(whole, filename="task.py", policy="strict")
     lenient = generate_seed(whole, filename="task.py", policy="lenient")
     assert any("norm" in e for e in lenient.externs) and lenient.patterns == ["elementwise"]
+
+
+# ------------------------------------------------------------------------------------------------------- scans
+
+@pytest.mark.parametrize("key, shape, dim, dtype", [
+    ("torch.cumsum", (3, 2500), 1, None),          # rows longer than a tile: the carry between tiles
+    ("torch.cumsum", (5, 4, 6), 1, None),          # a middle dim: the column kernel
+    ("Tensor.cumsum", (7, 3), 0, None),            # the outermost dim
+    ("torch.cumprod", (4, 1500), -1, None),
+    ("Tensor.cumprod", (6, 5, 3), 0, None),
+    ("torch.cumsum", (2, 300), 1, "torch.float16"),  # dtype= casts the result
+    ("torch.cumsum", (0, 5), 1, None),             # empty
+])
+def test_scans_match_torch(key: str, shape: tuple, dim: int, dtype: str | None, tmp_path: Path) -> None:
+    """cumsum/cumprod through the scan entry: a row kernel when the dim is innermost, a column kernel otherwise,
+    fp32 accumulation, the result in the input's dtype or `dtype=`."""
+    x = torch.rand(shape) + 0.5  # products of values near 1 stay finite over a long row
+    name = key.split(".")[1]
+    kwargs = {"dtype": dtype} if dtype else {}
+    got = _call_function(key, {"x": x}, ["x", str(dim)], kwargs, tmp_path)
+    want = getattr(torch, name)(x, dim, dtype=eval(dtype) if dtype else None)
+    _close(got, want, tol=1e-3 if dtype else 1e-4)
+
+
+def test_scans_refuse_integers_clearly() -> None:
+    info = _info("torch.cumsum", ["x", "1"], [TensorInfo((3, 4), torch.int64), 1])
+    with pytest.raises(SeedUnsupported, match=r"task\.py:1: torch\.cumsum: cumsum of torch\.int64.*floating point"):
+        registry()["torch.cumsum"](info)
+
+
+@pytest.mark.parametrize("forward, inputs", [
+    # KernelBench 91 (reverse): flips around the scan; 92 (exclusive): a zeros_like column, narrow and cat
+    ("return torch.cumsum(a.flip(1), dim=1).flip(1) + b",
+     "torch.randn(3, 1100), torch.randn(1100)"),
+    ("s = torch.cumsum(a.narrow(dim=1, start=0, length=a.size(1) - 1), dim=1)\n        "
+     "return torch.cat((torch.zeros_like(a.select(1, 0).unsqueeze(1)), s), dim=1) * b",
+     "torch.randn(4, 33), torch.randn(33)"),
+    # KernelBench 93 (masked): the mask's product is an elementwise kernel before the scan
+    ("return torch.cumprod(torch.sigmoid(a) * (b > 0), dim=0)", "torch.randn(9, 5), torch.randn(5)"),
+])
+def test_scan_seeds_are_correct_under_strict(forward: str, inputs: str, tmp_path: Path) -> None:
+    result = _seed_judged(_SPLIT_TASK.format(forward=forward, inputs=inputs), tmp_path, "scan")
+    assert "library:scan" in result.patterns and not result.externs
+
+
+def test_zeros_like_is_a_fill_that_ignores_nan(tmp_path: Path) -> None:
+    """`torch.zeros_like(x)`/`ones_like`/`full_like` are fills in the elementwise kernel: a NaN in x stays out."""
+    forward = "return torch.zeros_like(a) + torch.ones_like(a) * 2.0 + torch.full_like(b, 0.5) + a * 0.0"
+    source = _SPLIT_TASK.format(forward=forward, inputs="torch.randn(4, 6), torch.randn(6)")
+    result = generate_seed(source, filename="task.py", policy="strict")
+    assert set(result.patterns) == {"elementwise"} and not result.externs
+    task = tmp_path / "t.py"
+    task.write_text(result.source)
+    spec = importlib.util.spec_from_file_location("ks_fill_seed", task)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = torch.randn(4, 6)
+    a[1, 2] = float("nan")
+    got = mod.ModelNew()(a, torch.randn(6))
+    assert torch.isnan(got[1, 2]) and not torch.isnan(got[0]).any()  # only `a * 0.0` carries the NaN
+    assert torch.allclose(got[0], torch.full((6,), 2.5))

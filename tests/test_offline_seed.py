@@ -299,7 +299,7 @@ def get_init_inputs():
 
 # Forms with no template: (forward body, words the message must contain).
 UNSUPPORTED = {
-    "cumsum": ("return torch.cumsum(x, dim=1)", ["cumsum", "no template"]),
+    "logcumsumexp": ("return torch.logcumsumexp(x, dim=1)", ["logcumsumexp", "no template"]),
     # torch.where's one-argument form gives indices (comparisons, masks and the three-argument form are kernels)
     "where_indices": ("return torch.where(x > 0)[0].float()", ["torch.where(condition)", "no template"]),
     "argmax": ("return torch.max(x, dim=1)[1].float()", ["argmax"]),

@@ -73,7 +73,8 @@ __all__ = ["DEFAULT_PRECISION", "POLICIES", "PRECISIONS", "VENDOR_FIRST", "SeedR
 
 # Lenient seeds leave these library families to torch first (cuDNN's convolution, neighbours fused in Triton):
 # on the H200 that seed was often faster than the Triton implicit-GEMM one (docs/benchmarks.md, 2026-12-04).
-VENDOR_FIRST = ("conv",)
+# Scans too, until the Triton scan is measured against torch's on a GPU: both seeds are measured in round 0.
+VENDOR_FIRST = ("conv", "scan")
 
 
 def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: list | None = None, *,
@@ -84,7 +85,7 @@ def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: lis
     `policy`: "strict" (every operator in a generated kernel, else `SeedUnsupported`) or "lenient" (an operator
     no template covers stays a torch call; at least one Triton kernel still does real work). `precision`: the
     fp32 matmul's `tl.dot` input precision, "ieee" | "tf32x3" | "tf32" (None: the default, "tf32x3").
-    `vendor` (lenient only): library families ("conv", "pool", "norm") whose operators stay torch calls —
+    `vendor` (lenient only): library families ("conv", "pool", "norm", "scan") whose operators stay torch calls —
     cuDNN's convolution instead of the Triton implicit GEMM — with their neighbours still fused around them.
 
     `init_inputs` / `example_inputs` default to the task's own `get_init_inputs()` / `get_inputs()`; a string
@@ -135,10 +136,10 @@ def generate_seeds(task_source: str, init_inputs: Any = None, example_inputs: li
                    filename: str = "<task>", policy: str = "strict", precision: str | None = None) -> list[SeedResult]:
     """The seeds a run starts from, the likeliest fastest first (arguments as `generate_seed`).
 
-    Strict, or a model without a `VENDOR_FIRST` family: one seed. Lenient with convolutions: the seed with them
-    left to cuDNN (everything around them still fused in Triton), then the all-Triton one (implicit GEMM), so
-    the search measures both. When leaving them to cuDNN would leave no Triton work but a copy (a task that is
-    one convolution), the all-Triton seed alone. Raises `SeedUnsupported` as `generate_seed` does."""
+    Strict, or a model without a `VENDOR_FIRST` family: one seed. Lenient with convolutions (or scans): the seed
+    with them left to cuDNN (torch's scan; everything around them still fused in Triton), then the all-Triton
+    one (implicit GEMM, the scan kernel), so the search measures both. When leaving them to torch would leave
+    no Triton work but a copy (a task that is one convolution), the all-Triton seed alone. Raises `SeedUnsupported` as `generate_seed` does."""
     kw: dict[str, Any] = {"filename": filename, "policy": policy, "precision": precision}
     base = generate_seed(task_source, init_inputs, example_inputs, **kw)
     if policy != "lenient" or not set(VENDOR_FIRST) & set(base.families):

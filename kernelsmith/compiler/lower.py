@@ -662,6 +662,29 @@ class _Lowerer:
             raise self.unsupported("masked_fill with a tensor value has no template")
         return self.ew("masked_fill", input, mask, value)
 
+    # -- constants shaped like a tensor: a fill in the elementwise kernel (masked_fill under an all-true mask, so
+    # NaN and inf in the input do not leak into the result, as `x * 0` would let them)
+    def op_zeros_like(self, input, **kwargs): return self._full_like(input, 0.0, **kwargs)
+    def op_ones_like(self, input, **kwargs): return self._full_like(input, 1.0, **kwargs)
+    def op_full_like(self, input, fill_value, **kwargs): return self._full_like(input, fill_value, **kwargs)
+
+    def _full_like(self, x, value, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False,
+                   memory_format=None):
+        if not (isinstance(x, _Val) and x.tensor):
+            raise self.unsupported("a *_like of a non-tensor")
+        if self.const(layout) not in (None, torch.strided) or self.const(requires_grad) or self.const(
+                memory_format) not in (None, torch.preserve_format, torch.contiguous_format):
+            raise self.unsupported("a *_like with a layout, memory format or requires_grad has no template")
+        if device is not None and not isinstance(device, _Val):  # `device=x.device` is traced; a constant is not
+            raise self.unsupported("a *_like on a constant device has no template")
+        value = self.const(value)
+        if not isinstance(value, (int, float, bool)):
+            raise self.unsupported(f"fill value {value!r} is not a number")
+        dtype = self.const(dtype) if dtype is not None else x.dtype
+        if dtype not in FLOAT_DTYPES:
+            raise self.unsupported(f"a *_like of dtype {dtype} has no template (floating point only)")
+        return self.ew("masked_fill", x, 1.0, float(value), dtype=dtype)
+
     def op_maximum(self, input, other): return self.ew("maximum", input, other)
     def op_minimum(self, input, other): return self.ew("minimum", input, other)
 
