@@ -3,7 +3,7 @@
 # offline compiler on KernelBench beside torch.compile and its GPU coverage (issue 17), optimize on whole models
 # (issue 18). Each step has its own time limit, logs under $OUT, and runs whatever the previous one did.
 # Usage (on the device, repo root; `.dev` (bubblewrap) and `.whl` (pydantic, sqlalchemy, openai) carried, `.kb`
-# (KernelBench's level1-3 files) for the KernelBench steps):
+# (KernelBench's level1-3 files) for the KernelBench steps; `bash benchmarks/device_prepare.sh` here makes all three):
 #   bash benchmarks/device_session.sh TAG "tests speed pool"    ... TAG "aa"    ... TAG "ovc"    ... TAG "sweep optimize"
 set -u
 # The wheels go into the interpreter's own site-packages (root there): the sandboxes bind the interpreter's
