@@ -688,3 +688,63 @@ def test_zeros_like_is_a_fill_that_ignores_nan(tmp_path: Path) -> None:
     got = mod.ModelNew()(a, torch.randn(6))
     assert torch.isnan(got[1, 2]) and not torch.isnan(got[0]).any()  # only `a * 0.0` carries the NaN
     assert torch.allclose(got[0], torch.full((6,), 2.5))
+
+
+# ------------------------------------------------------------------------------- triangles and cross-entropy
+
+@pytest.mark.parametrize("key, shape, diagonal, dtype", [
+    ("torch.triu", (7, 9), 0, torch.float32),
+    ("Tensor.triu", (2, 5, 4), -1, torch.float32),     # batched, below the main diagonal
+    ("torch.tril", (6, 6), 2, torch.float16),
+    ("Tensor.tril", (3, 4, 8), 0, torch.float32),
+])
+def test_triangles_match_torch(key: str, shape: tuple, diagonal: int, dtype: torch.dtype, tmp_path: Path) -> None:
+    x = torch.randn(shape).to(dtype)
+    got = _call_function(key, {"x": x}, ["x", str(diagonal)], {}, tmp_path)
+    _close(got, getattr(torch, key.split(".")[1])(x, diagonal))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"reduction": "'sum'"}, {"reduction": "'none'"},
+                                    {"ignore_index": "3"}, {"ignore_index": "3", "reduction": "'sum'"}])
+def test_cross_entropy_matches_torch(kwargs: dict[str, str], tmp_path: Path) -> None:
+    """One row kernel (logsumexp over tiles of C minus the target's logit), then the reduction's kernel; rows
+    whose target is ignore_index count for nothing."""
+    x = torch.randn(37, 2100) * 3.0   # C above one tile: the running max and rescaled sum
+    t = torch.randint(0, 2100, (37,))
+    t[::5] = 3
+    got = _call_function("F.cross_entropy", {"x": x, "t": t}, ["x", "t"], kwargs, tmp_path)
+    want = F.cross_entropy(x, t, **{k: eval(v) for k, v in kwargs.items()})
+    _close(got, want, tol=1e-4)
+
+
+def test_cross_entropy_module_reads_its_settings(tmp_path: Path) -> None:
+    mod = nn.CrossEntropyLoss(reduction="sum", ignore_index=1)
+    x, t = torch.randn(6, 10), torch.tensor([1, 2, 3, 1, 0, 9])
+    info = _info("nn.CrossEntropyLoss", ["x", "t"], [_tinfo(x), _tinfo(t)], mod)
+    lib, call_args = registry()["nn.CrossEntropyLoss"](info)
+    holder = nn.Module()
+    holder.m = mod
+    got = eval(f"{lib.launcher}({', '.join(call_args)})", _load(lib, tmp_path), {"self": holder, "x": x, "t": t})
+    _close(got, mod(x, t))
+
+
+@pytest.mark.parametrize("kwargs, kwvalues, why", [
+    ({"weight": "w"}, {"weight": TensorInfo((5,), torch.float32)}, "class weights"),
+    ({"label_smoothing": "0.1"}, {"label_smoothing": 0.1}, "label smoothing"),
+])
+def test_cross_entropy_refuses_what_it_does_not_compute(kwargs: dict, kwvalues: dict, why: str) -> None:
+    info = _info("F.cross_entropy", ["x", "t"], [TensorInfo((4, 5), torch.float32), TensorInfo((4,), torch.int64)],
+                 kwargs=kwargs, kwvalues=kwvalues)
+    with pytest.raises(SeedUnsupported, match=rf"task\.py:1: F\.cross_entropy: .*{why}"):
+        registry()["F.cross_entropy"](info)
+    probs = _info("F.cross_entropy", ["x", "p"], [TensorInfo((4, 5), torch.float32), TensorInfo((4, 5), torch.float32)])
+    with pytest.raises(SeedUnsupported, match="probability targets"):
+        registry()["F.cross_entropy"](probs)
+
+
+def test_cross_entropy_and_triangle_seeds_are_correct_under_strict(tmp_path: Path) -> None:
+    forward = "return F.cross_entropy(torch.tril(a @ a.t(), diagonal=-1) * 0.1, b) * 2.0"
+    source = _SPLIT_TASK.format(forward=forward, inputs="torch.randn(12, 40), torch.randint(0, 12, (12,))")
+    source = source.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n")
+    result = _seed_judged(source, tmp_path, "xent")
+    assert {"library:tri", "library:xent"} <= set(result.patterns) and not result.externs
