@@ -485,8 +485,11 @@ def get_init_inputs():
     ("return torch.amin(a * b, dim=0, keepdim=True) - 1.0", "torch.randn(30000, 2), torch.randn(2)", True),
     # many short rows: one program per row already fills the device (decided at run time, from the shapes)
     ("return torch.sum(a, dim=1) + b", "torch.randn(256, 40), torch.randn(256)", False),
-    # two reduction levels (a variance): no split variant at all
-    ("return torch.var(a) + b", "torch.randn(80, 300), torch.randn(1)", None),
+    # two reduction levels of everything (a variance): the mean ends its kernel (a full-size op after a reduction
+    # of everything starts the next), so each level is a reduction to one value of its own, split
+    ("return torch.var(a) + b", "torch.randn(80, 300), torch.randn(1)", True),
+    # two reduction levels over rows (a row variance): one kernel, which writes nothing split
+    ("return torch.var(a, dim=1) + b", "torch.randn(3, 300), torch.randn(3)", None),
 ])
 def test_few_long_rows_split_the_reduction(forward: str, inputs: str, split: bool | None, tmp_path: Path) -> None:
     """A reduction with fewer row programs than SMs splits R over programs (partials, then a combining launch
@@ -612,20 +615,20 @@ def test_argmax_of_everything_is_refused_by_name() -> None:
         generate_seed(source, filename="task.py", policy="strict")
 
 
-def test_row_norms_are_reductions_and_a_whole_tensor_norm_is_refused(tmp_path: Path) -> None:
+def test_row_norms_are_reductions_and_a_whole_tensor_norm_is_split(tmp_path: Path) -> None:
     """`x / x.norm(p=2, dim=1, keepdim=True)` (KernelBench 39) is a reduction with its epilogue; p=1 and inf too.
-    A norm of the whole tensor is refused by name under strict (one program would hold the tensor) and stays
-    torch's call under lenient, the division still a kernel."""
+    A norm of the whole tensor (KernelBench 37, `x / torch.norm(x, p='fro')`) is a reduction to one value (split
+    over programs) and the division its own kernel: a reduction of everything never takes a full-size epilogue,
+    which would put the whole tensor in one program."""
     forward = ("return a / torch.norm(a, p=2, dim=1, keepdim=True) + a.norm(p=1, dim=1, keepdim=True) "
                "* torch.norm(a, p=float('inf'), dim=1, keepdim=True)")
     result = _seed_judged(_SPLIT_TASK.format(forward=forward, inputs="torch.randn(6, 50), torch.randn(1)"),
                           tmp_path, "norm")
     assert set(result.patterns) == {"reduction"} and not result.externs
-    whole = _SPLIT_TASK.format(forward="return a / torch.norm(a, p='fro')", inputs="torch.randn(6, 50), torch.randn(1)")
-    with pytest.raises(SeedUnsupported, match=r"^task\.py:\d+: .*norm over the whole tensor"):
-        generate_seed(whole, filename="task.py", policy="strict")
-    lenient = generate_seed(whole, filename="task.py", policy="lenient")
-    assert any("norm" in e for e in lenient.externs) and lenient.patterns == ["elementwise"]
+    for whole in ("return a / torch.norm(a, p='fro')", "return a - a.mean(dim=(0, 1), keepdim=True) * b"):
+        result = _seed_judged(_SPLIT_TASK.format(forward=whole, inputs="torch.randn(6, 5000), torch.randn(1)"),
+                              tmp_path, "whole")
+        assert result.patterns == ["reduction", "elementwise"] and not result.externs, result.patterns
 
 
 # ------------------------------------------------------------------------------------------------------- scans

@@ -74,7 +74,9 @@ class _Fuser:
         if spaces <= {"keep"} and v.shape == sk:
             return "keep"
         if "nokeep" not in spaces and v.shape == s:
-            return "full"
+            # A reduction of everything is one row: a full-size op after it would put the whole tensor in one
+            # program (and rule out the split). It starts the next kernel instead (`x / x.norm()`, `x - x.mean()`).
+            return None if g.block == (0, len(g.domain)) and any(m.kind == "red" for m in g.members) else "full"
         if spaces == {"nokeep"} and v.shape == sn:
             return "nokeep"
         return None

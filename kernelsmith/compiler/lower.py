@@ -818,13 +818,12 @@ class _Lowerer:
         return self.ew("mul", y, weight) if weight is not None else y
 
     def op_norm(self, input, p="fro", dim=None, keepdim=False, out=None, dtype=None):
-        """Vector norms over given dims (L2Norm's `x / x.norm(p=2, dim=1, keepdim=True)`). Over the whole tensor
-        it is refused (lenient: torch's call): what follows is usually `x / norm`, a full-size output that would
-        put the whole tensor in one program."""
+        """Vector norms over given dims (L2Norm's `x / x.norm(p=2, dim=1, keepdim=True)`) or over the whole tensor
+        (FrobeniusNorm's `x / torch.norm(x, p='fro')`: a split reduction to one value, the division its own
+        kernel, as the fuser ends a reduction of everything before a full-size op)."""
         p, dim = self.const(p), self.const(dim)
-        if dim is None or dim == () or dim == []:
-            raise self.unsupported("norm over the whole tensor has no template (a split reduction with a "
-                                   "full-size output is not written yet)")
+        if dim == () or dim == []:
+            dim = None
         x = self._cast(input, dtype)
         if p in ("fro", 2, 2.0):
             return self.ew("sqrt", self.red("sum", self.ew("mul", x, x), dim, keepdim))
