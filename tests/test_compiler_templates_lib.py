@@ -751,3 +751,18 @@ def test_cross_entropy_and_triangle_seeds_are_correct_under_strict(tmp_path: Pat
     source = source.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n")
     result = _seed_judged(source, tmp_path, "xent")
     assert {"library:tri", "library:xent"} <= set(result.patterns) and not result.externs
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32", None])
+def test_a_library_convolution_computes_at_the_seeds_precision(precision: str | None) -> None:
+    """The seed's precision setting reaches library kernels with dots (it used to stop at the fused templates: a
+    seed headed `ieee` ran its convolution at tf32x3)."""
+    import re
+
+    source = _SPLIT_TASK.format(forward="return torch.relu(self.conv(a)) + b", inputs="torch.randn(1, 3, 8, 8), "
+                                "torch.randn(1)").replace("    def forward", "    def __init__(self):\n        "
+                                                          "super().__init__()\n        self.conv = nn.Conv2d(3, 4, 3)"
+                                                          "\n\n    def forward")
+    result = generate_seed(source, filename="task.py", policy="strict", precision=precision)
+    assert set(re.findall(r'_ks_conv\w*_precision = "(\w+)"', result.source)) == {precision or "tf32x3"}
+    assert f"# kernelsmith-precision: {precision or 'tf32x3'}" in result.source

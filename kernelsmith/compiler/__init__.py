@@ -127,7 +127,7 @@ def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: lis
         signature, _ = _forward_signature(module.Model)
     finally:
         sys.modules.pop(name, None)
-    low = _Lowerer(gm, model, filename, policy, frozenset(vendor))
+    low = _Lowerer(gm, model, filename, policy, frozenset(vendor), precision or DEFAULT_PRECISION)
     low.run()
     return _emit(task_source, low, signature, filename, precision or DEFAULT_PRECISION, policy)
 

@@ -110,6 +110,7 @@ class NodeInfo:
     #                                   expressions ("weight" -> "_ks_attr(self, 'conv.weight')"), None when unset
     training: bool = False            # call_module: the module's training flag at trace time
     where: str = ""                   # "task.py:12: nn.Conv2d (call_module conv)", for messages
+    precision: str | None = None      # the seed's fp32 dot precision (ieee, tf32x3, tf32), for entries with dots
 
     def refuse(self, why: str) -> SeedUnsupported:
         """The entry's refusal: `raise info.refuse("transposed conv with output_padding")`."""

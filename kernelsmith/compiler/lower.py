@@ -92,8 +92,9 @@ class _Lowerer:
     """fx graph (with meta values) → IR values; composite ops are expanded here."""
 
     def __init__(self, gm: fx.GraphModule, model: torch.nn.Module, filename: str = "<task>",
-                 policy: str = "strict", vendor: frozenset[str] = frozenset()):
+                 policy: str = "strict", vendor: frozenset[str] = frozenset(), precision: str | None = None):
         self.gm, self.model, self.filename, self.policy = gm, model, filename, policy
+        self.precision = precision  # what library entries with dots compute at (None: the default)
         self.vendor = vendor if policy == "lenient" else frozenset()  # library families left to torch's call
         self.externs: dict[fx.Node, _Val] = {}   # lenient: nodes left to torch
         self.families: set[str] = set()          # library families this graph has operators of (vendored too)
@@ -361,7 +362,7 @@ class _Lowerer:
                 kwvalues={k: self._trace_value(a) for k, a in kwargs.items()},
                 out=self._trace_value_of_meta(val), module=mod,
                 module_expr=None if path is None else f"_ks_attr(self, {path!r})", hyper=hyper, params=params,
-                training=bool(getattr(mod, "training", False)), where=self.here())
+                training=bool(getattr(mod, "training", False)), where=self.here(), precision=self.precision)
             lib, call_args = entry(info)
             check_kernel(lib)
         except Declined:

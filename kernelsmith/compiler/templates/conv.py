@@ -425,7 +425,7 @@ def _check_float(info: NodeInfo, what: str) -> None:
 
 
 def _options(info: NodeInfo, precision: str | None) -> str | None:
-    return precision if precision is not None else getattr(info, "precision", None)
+    return precision if precision is not None else info.precision
 
 
 def _conv_module(transposed: bool) -> Callable[..., tuple[LibraryKernel, list[str]]]:
