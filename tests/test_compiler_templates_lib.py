@@ -766,3 +766,51 @@ def test_a_library_convolution_computes_at_the_seeds_precision(precision: str | 
     result = generate_seed(source, filename="task.py", policy="strict", precision=precision)
     assert set(re.findall(r'_ks_conv\w*_precision = "(\w+)"', result.source)) == {precision or "tf32x3"}
     assert f"# kernelsmith-precision: {precision or 'tf32x3'}" in result.source
+
+
+# ------------------------------------------------------------------------------------------------- attention
+
+@pytest.mark.parametrize("shapes, kwargs, dtype", [
+    (((2, 3, 20, 24), (2, 3, 20, 24), (2, 3, 20, 24)), {}, torch.float32),
+    (((2, 3, 20, 24), (2, 3, 20, 24), (2, 3, 20, 24)), {"is_causal": "True"}, torch.float32),
+    (((3, 70, 16), (3, 45, 16), (3, 45, 200)), {"scale": "0.3"}, torch.float32),  # S != L, two Ev tiles, 3-D
+    (((1, 2, 130, 80), (1, 2, 130, 80), (1, 2, 130, 80)), {"is_causal": "True"}, torch.float32),  # E in chunks
+    (((2, 2, 17, 32), (2, 2, 17, 32), (2, 2, 17, 32)), {}, torch.float16),
+])
+def test_attention_matches_torch(shapes: tuple, kwargs: dict[str, str], dtype: torch.dtype, tmp_path: Path) -> None:
+    """Flash-style: key tiles with an online softmax, E in chunks, output features split over programs; the
+    seed's precision is ieee here so fp32 matches torch's to rounding."""
+    q, k, v = (torch.randn(s).to(dtype) for s in shapes)
+    scope = {"torch": torch, "q": q, "k": k, "v": v}
+    info = _info("F.scaled_dot_product_attention", ["q", "k", "v"], [_tinfo(q), _tinfo(k), _tinfo(v)],
+                 kwargs=kwargs, kwvalues={n: eval(e) for n, e in kwargs.items()})
+    info = NodeInfo(**{**info.__dict__, "precision": "ieee"})
+    lib, call_args = registry()["F.scaled_dot_product_attention"](info)
+    got = eval(f"{lib.launcher}({', '.join(call_args)})", _load(lib, tmp_path), scope)
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                          **{n: eval(e) for n, e in kwargs.items()}).to(dtype)
+    _close(got, want, tol=2e-3 if dtype == torch.float16 else 1e-4)
+
+
+@pytest.mark.parametrize("kwargs, kwvalues, why", [
+    ({"attn_mask": "m"}, {"attn_mask": TensorInfo((4, 4), torch.bool)}, "mask tensor"),
+    ({"dropout_p": "0.1"}, {"dropout_p": 0.1}, "dropout is random"),
+    ({"enable_gqa": "True"}, {"enable_gqa": True}, "grouped-query"),
+])
+def test_attention_refuses_what_it_does_not_compute(kwargs: dict, kwvalues: dict, why: str) -> None:
+    t = TensorInfo((1, 2, 4, 8), torch.float32)
+    info = _info("F.scaled_dot_product_attention", ["q", "k", "v"], [t, t, t], kwargs=kwargs, kwvalues=kwvalues)
+    with pytest.raises(SeedUnsupported, match=rf"task\.py:1: F\.scaled_dot_product_attention: .*{why}"):
+        registry()["F.scaled_dot_product_attention"](info)
+
+
+def test_attention_seed_is_correct_under_strict_and_torch_first_under_lenient(tmp_path: Path) -> None:
+    from kernelsmith.compiler import generate_seeds
+
+    forward = "return F.scaled_dot_product_attention(a, b, b * 0.5, is_causal=True) + 1.0"
+    source = _SPLIT_TASK.format(forward=forward, inputs="torch.randn(2, 2, 24, 16), torch.randn(2, 2, 24, 16)")
+    source = source.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n")
+    result = _seed_judged(source, tmp_path, "attn")
+    assert "library:attn" in result.patterns and not result.externs
+    first, second = generate_seeds(source, filename="task.py", policy="lenient")
+    assert any("scaled_dot_product_attention" in e for e in first.externs) and "library:attn" in second.patterns

@@ -73,8 +73,9 @@ __all__ = ["DEFAULT_PRECISION", "POLICIES", "PRECISIONS", "VENDOR_FIRST", "SeedR
 
 # Lenient seeds leave these library families to torch first (cuDNN's convolution, neighbours fused in Triton):
 # on the H200 that seed was often faster than the Triton implicit-GEMM one (docs/benchmarks.md, 2026-12-04).
-# Scans too, until the Triton scan is measured against torch's on a GPU: both seeds are measured in round 0.
-VENDOR_FIRST = ("conv", "scan")
+# Scans and attention too (torch's flash/cuDNN attention), until the Triton kernels are measured against torch's
+# on a GPU: both seeds are measured in round 0.
+VENDOR_FIRST = ("conv", "scan", "attention")
 
 
 def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: list | None = None, *,

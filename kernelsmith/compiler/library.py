@@ -9,7 +9,7 @@ call itself (an extern) is used only when no entry exists or the entry refuses.
 
 Registering an entry
 --------------------
-A module `kernelsmith/compiler/templates/<family>.py` (today: `conv`, `pool`, `norm`, `scan`, `index`, and `demo` here) defines
+A module `kernelsmith/compiler/templates/<family>.py` (today: `conv`, `pool`, `norm`, `scan`, `index`, `attention`, and `demo` here) defines
 
     ENTRIES: dict[str, Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]]
 
@@ -66,7 +66,7 @@ from kernelsmith.compiler.ir import SeedUnsupported
 __all__ = ["ENTRIES", "Declined", "LibraryKernel", "NodeInfo", "SeedUnsupported", "TensorInfo", "registry"]
 
 # The template modules whose ENTRIES are merged, in precedence order.
-_FAMILIES = ("conv", "pool", "norm", "scan", "index")
+_FAMILIES = ("conv", "pool", "norm", "scan", "index", "attention")
 
 
 class Declined(Exception):
