@@ -29,7 +29,7 @@ py=python3
 for s in $steps; do
   SECONDS=0
   case $s in
-    tests) timeout 80 $py -m pytest -q -x -p no:cacheprovider tests/gpu 2>&1 | tail -n 40 > "$out/${tag}_gpu_tests.log" ;;
+    tests) timeout ${TESTS_S:-200} $py -m pytest -q -p no:cacheprovider tests/gpu 2>&1 | tail -n 40 > "$out/${tag}_gpu_tests.log" ;;
     speed) timeout 200 $py benchmarks/referee_speed.py --device cuda --n 5 --small --kb --out "$out/${tag}_speed.json" > "$out/${tag}_speed.log" 2>&1 ;;
     pool)  timeout -k 5 150 $py benchmarks/pool_throughput.py --n 60 --slots ${SLOTS:-8} --no-serial --timeout 30 --out "$out/${tag}_pool60.json" > "$out/${tag}_pool60.log" 2>&1 ;;
     aa)    timeout -k 5 110 $py benchmarks/referee_aa.py --repeats 3 --baseline-repeats 3 --out "$out/${tag}_aa.json" > "$out/${tag}_aa.log" 2>&1 ;;
