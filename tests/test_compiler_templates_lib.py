@@ -460,6 +460,7 @@ def _seed_judged(source: str, tmp_path: Path, name: str) -> object:
 
 _SPLIT_TASK = '''import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 class Model(nn.Module):
@@ -748,7 +749,6 @@ def test_cross_entropy_refuses_what_it_does_not_compute(kwargs: dict, kwvalues: 
 def test_cross_entropy_and_triangle_seeds_are_correct_under_strict(tmp_path: Path) -> None:
     forward = "return F.cross_entropy(torch.tril(a @ a.t(), diagonal=-1) * 0.1, b) * 2.0"
     source = _SPLIT_TASK.format(forward=forward, inputs="torch.randn(12, 40), torch.randint(0, 12, (12,))")
-    source = source.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n")
     result = _seed_judged(source, tmp_path, "xent")
     assert {"library:tri", "library:xent"} <= set(result.patterns) and not result.externs
 
@@ -809,7 +809,6 @@ def test_attention_seed_is_correct_under_strict_and_torch_first_under_lenient(tm
 
     forward = "return F.scaled_dot_product_attention(a, b, b * 0.5, is_causal=True) + 1.0"
     source = _SPLIT_TASK.format(forward=forward, inputs="torch.randn(2, 2, 24, 16), torch.randn(2, 2, 24, 16)")
-    source = source.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n")
     result = _seed_judged(source, tmp_path, "attn")
     assert "library:attn" in result.patterns and not result.externs
     first, second = generate_seeds(source, filename="task.py", policy="lenient")
