@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import threading
 from typing import Any
 
 import torch
@@ -115,6 +116,8 @@ class _Recorder(fx.Interpreter):
 
 _FACTORIES = ("ones", "zeros", "empty", "full", "arange", "eye", "rand", "randn", "linspace", "tril_indices",
               "triu_indices")
+_ORIGINAL_FACTORIES = {name: getattr(torch, name) for name in _FACTORIES}
+_FACTORY_LOCK = threading.RLock()
 
 _PY_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype(), complex: torch.complex64}
 
@@ -148,14 +151,14 @@ class _LineTracer(fx.Tracer):
     def trace(self, root: Any, concrete_args: dict | None = None) -> fx.Graph:
         """fx's trace, with torch's factories recorded as calls when a size or device is traced (`torch.ones(T, T,
         device=x.device)`, `T = x.size(-1)`): fx gives a factory no Proxy dispatch, so it would fail on them."""
-        saved = {name: getattr(torch, name) for name in _FACTORIES}
-        try:
-            for name, fn in saved.items():
-                setattr(torch, name, self._factory(fn))
-            return super().trace(root, concrete_args)
-        finally:
-            for name, fn in saved.items():
-                setattr(torch, name, fn)
+        with _FACTORY_LOCK:  # the patch is process-wide: one trace at a time, torch's own functions restored
+            try:
+                for name, fn in _ORIGINAL_FACTORIES.items():
+                    setattr(torch, name, self._factory(fn))
+                return super().trace(root, concrete_args)
+            finally:
+                for name, fn in _ORIGINAL_FACTORIES.items():
+                    setattr(torch, name, fn)
 
     def _factory(self, fn: Any) -> Any:
         def factory(*args: Any, **kwargs: Any) -> Any:
