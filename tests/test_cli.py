@@ -311,11 +311,16 @@ def test_ctrl_c_says_how_to_resume(tmp_path: Path) -> None:
                 pass
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=300)
+        try:
+            out, err = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:  # seen once in a loaded CI run: keep what it said for the next look
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"evolve did not stop within 300 s of SIGINT; stderr:\n{err[-4000:]}\nstdout:\n{out[-2000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == EXIT_INTERRUPTED, err[-2000:]
+    assert proc.returncode == EXIT_INTERRUPTED, (proc.returncode, err[-2000:], out[-1000:])
     assert f"resume with: kernelsmith evolve --resume --run-dir '{run_dir}'" in err, err[-2000:]
     assert "Traceback" not in err
 
