@@ -813,3 +813,21 @@ def test_attention_seed_is_correct_under_strict_and_torch_first_under_lenient(tm
     assert "library:attn" in result.patterns and not result.externs
     first, second = generate_seeds(source, filename="task.py", policy="lenient")
     assert any("scaled_dot_product_attention" in e for e in first.externs) and "library:attn" in second.patterns
+
+
+@pytest.mark.parametrize("forward, inputs", [
+    ('return torch.einsum("bijl,lk->bijk", a, b)', "torch.randn(2, 3, 4, 6), torch.randn(6, 5)"),  # KernelBench 11
+    ('return torch.einsum("il,kl->ik", a, b) + 1.0', "torch.randn(7, 6), torch.randn(5, 6)"),  # weight read transposed
+    ('return torch.einsum("bij,bjk->bik", [a, b])', "torch.randn(3, 4, 6), torch.randn(3, 6, 5)"),  # batched, a list
+])
+def test_einsums_that_are_one_matmul_are_matmuls(forward: str, inputs: str, tmp_path: Path) -> None:
+    result = _seed_judged(_SPLIT_TASK.format(forward=forward, inputs=inputs), tmp_path, "einsum")
+    assert result.patterns == ["matmul_epilogue"] and not result.externs
+
+
+def test_other_einsums_are_refused_by_form_and_stay_torch_calls_under_lenient() -> None:
+    source = _SPLIT_TASK.format(forward='return torch.einsum("ij,ij->i", a, b)', inputs="torch.randn(4, 5), "
+                                "torch.randn(4, 5)")
+    with pytest.raises(SeedUnsupported, match=r"task\.py:\d+: .*einsum 'ij,ij->i': only the forms that are one"):
+        generate_seed(source, filename="task.py", policy="strict")
+    assert any("einsum" in e for e in generate_seed(source, filename="task.py", policy="lenient").externs)

@@ -912,6 +912,29 @@ class _Lowerer:
     def op_matmul(self, input, other):
         return self.mm(input, other, linear=False)
 
+    def op_einsum(self, equation, *operands):
+        """The einsums that are one matmul (KernelBench 11's "bijl,lk->bijk"): `P c, c n -> P n` (or `n c`: read
+        transposed in place, as nn.Linear's weight) and the batched `Q i c, Q c n -> Q i n`. Others are refused
+        by form (lenient: torch's call)."""
+        eq = str(self.const(equation)).replace(" ", "")
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = tuple(operands[0])
+        if "->" not in eq or "." in eq or len(operands) != 2:
+            raise self.unsupported(f"einsum {eq!r}: only two operands and an explicit output have a template")
+        ins, out = eq.split("->")
+        a, b = ins.split(",") if ins.count(",") == 1 else ("", "")
+        if not a or any(len(set(t)) != len(t) for t in (a, b, out)):
+            raise self.unsupported(f"einsum {eq!r}: repeated indices have no template")
+        contracted = (set(a) & set(b)) - set(out)
+        if len(contracted) == 1 and a[-1] in contracted:
+            c, lead = a[-1], a[:-1]
+            if len(b) == 2 and c in b and out == lead + b.replace(c, ""):
+                return self.mm(operands[0], operands[1], linear=b[1] == c)
+            q = lead[:-1]
+            if q and b == q + c + out[-1] and out == lead + out[-1]:
+                return self.mm(operands[0], operands[1], linear=False)
+        raise self.unsupported(f"einsum {eq!r}: only the forms that are one matmul have a template")
+
     def op_addmm(self, input, mat1, mat2, beta=1, alpha=1):
         beta, alpha = float(self.const(beta)), float(self.const(alpha))
         y = self.mm(mat1, mat2, linear=False)
