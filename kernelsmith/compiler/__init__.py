@@ -86,8 +86,9 @@ def generate_seed(task_source: str, init_inputs: Any = None, example_inputs: lis
     `policy`: "strict" (every operator in a generated kernel, else `SeedUnsupported`) or "lenient" (an operator
     no template covers stays a torch call; at least one Triton kernel still does real work). `precision`: the
     fp32 matmul's `tl.dot` input precision, "ieee" | "tf32x3" | "tf32" (None: the default, "tf32x3").
-    `vendor` (lenient only): library families ("conv", "pool", "norm", "scan") whose operators stay torch calls —
-    cuDNN's convolution instead of the Triton implicit GEMM — with their neighbours still fused around them.
+    `vendor` (lenient only): library families ("conv", "pool", "norm", "scan", "index", "attention") whose
+    operators stay torch calls — cuDNN's convolution instead of the Triton implicit GEMM — with their neighbours
+    still fused around them.
 
     `init_inputs` / `example_inputs` default to the task's own `get_init_inputs()` / `get_inputs()`; a string
     in `init_inputs`' place is taken as the task's file name (the form `generate_seed(source, path)`).
@@ -137,10 +138,11 @@ def generate_seeds(task_source: str, init_inputs: Any = None, example_inputs: li
                    filename: str = "<task>", policy: str = "strict", precision: str | None = None) -> list[SeedResult]:
     """The seeds a run starts from, the likeliest fastest first (arguments as `generate_seed`).
 
-    Strict, or a model without a `VENDOR_FIRST` family: one seed. Lenient with convolutions (or scans): the seed
-    with them left to cuDNN (torch's scan; everything around them still fused in Triton), then the all-Triton
-    one (implicit GEMM, the scan kernel), so the search measures both. When leaving them to torch would leave
-    no Triton work but a copy (a task that is one convolution), the all-Triton seed alone. Raises `SeedUnsupported` as `generate_seed` does."""
+    Strict, or a model without a `VENDOR_FIRST` family: one seed. Lenient with convolutions (scans, attention):
+    the seed with them left to torch (cuDNN; everything around them still fused in Triton), then the all-Triton
+    one (implicit GEMM, the scan or attention kernel), so the search measures both. When leaving them to torch
+    would leave no Triton work but a copy (a task that is one convolution), the all-Triton seed alone. Raises
+    `SeedUnsupported` as `generate_seed` does."""
     kw: dict[str, Any] = {"filename": filename, "policy": policy, "precision": precision}
     base = generate_seed(task_source, init_inputs, example_inputs, **kw)
     if policy != "lenient" or not set(VENDOR_FIRST) & set(base.families):
