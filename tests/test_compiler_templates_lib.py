@@ -654,9 +654,10 @@ def test_scans_match_torch(key: str, shape: tuple, dim: int, dtype: str | None, 
     _close(got, want, tol=1e-3 if dtype else 1e-4)
 
 
-def test_scans_refuse_integers_clearly() -> None:
-    info = _info("torch.cumsum", ["x", "1"], [TensorInfo((3, 4), torch.int64), 1])
-    with pytest.raises(SeedUnsupported, match=r"task\.py:1: torch\.cumsum: cumsum of torch\.int64.*floating point"):
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64])
+def test_scans_refuse_integers_and_float64_clearly(dtype: torch.dtype) -> None:
+    info = _info("torch.cumsum", ["x", "1"], [TensorInfo((3, 4), dtype), 1])
+    with pytest.raises(SeedUnsupported, match=rf"task\.py:1: torch\.cumsum: cumsum of {dtype}.*float32 only"):
         registry()["torch.cumsum"](info)
 
 

@@ -102,7 +102,7 @@ def _ks_scan(x, dim, prod, dtype=None):
 '''
 
 _SIG = ("dim", "dtype")
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)  # accumulated in fp32: float64 would lose digits
 
 
 def _scan(prod: bool) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:
@@ -115,8 +115,8 @@ def _scan(prod: bool) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:
         a = bind_args(info, _SIG, {"dtype": "None"}, skip=1)
         dtype = bound_value(info, _SIG, "dtype", None, skip=1)
         if x.dtype not in _FLOATS or (dtype is not None and dtype not in _FLOATS):
-            raise info.refuse(f"{what} of {x.dtype} (dtype={dtype}): torch promotes integers to int64; "
-                              "floating point only")
+            raise info.refuse(f"{what} of {x.dtype} (dtype={dtype}): float16/bfloat16/float32 only (torch promotes "
+                              "integers to int64; float64 would be accumulated in fp32)")
         return LibraryKernel("scan", _SOURCE, "_ks_scan"), [info.args[0], a["dim"], str(prod), a["dtype"]]
     return entry
 
