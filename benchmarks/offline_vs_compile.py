@@ -581,7 +581,7 @@ def judge(rows: list[dict], args: argparse.Namespace) -> None:
     from kernelsmith.settings import EvalRequest, EvalSettings
     from kernelsmith.task import Task
 
-    todo = [r for r in rows if r.get("best_source")]
+    todo = [r for r in rows if r.get("best_source") and not r.get("status")]  # resumed rows keep their verdict
     if not todo:
         return
     opts = EvalSettings(device=DEVICE, policy=args.policy, precision=args.precision, timeout_s=300,
@@ -650,6 +650,23 @@ def report(rows: list[dict], p: str) -> str:
     return "\n".join(lines)
 
 
+def resumed(paths: list[Path], precision: str) -> list[dict]:
+    """The finished rows of earlier runs (timed, or refused by the compiler; not crashed, cut or unstarted), so
+    a sample spread over several device calls is one table. A row at another precision is an error."""
+    rows: dict[str, dict] = {}
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            sys.exit(f"{path}: not a results file of this script ({exc})")
+        if data.get("env", {}).get("precision") != precision:
+            sys.exit(f"{path}: its precision is {data.get('env', {}).get('precision')!r}, this run's {precision!r}")
+        for r in data.get("results", []):
+            if "crash" not in r:
+                rows[f'{level_of(Path(r["task"]))}/{Path(r["task"]).name}'] = r
+    return list(rows.values())
+
+
 def main() -> None:
     from kernelsmith.settings import PRECISIONS
 
@@ -673,11 +690,16 @@ def main() -> None:
     ap.add_argument("--skip-compile", action="store_true")
     ap.add_argument("--no-referee", action="store_true")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--resume", type=Path, nargs="*", default=[],
+                    help="earlier --out files: their finished rows are kept and those tasks not run again")
     ap.add_argument("--out", type=Path, default=Path("offline.json"))
     args = ap.parse_args()
     if DEVICE == "cpu":
         args.skip_compile = True
     files = select(args.items, args.sample, args.include)
+    earlier = resumed(args.resume, args.precision)
+    done = {(level_of(Path(r["task"])), Path(r["task"]).name) for r in earlier}
+    files = [f for f in files if (level_of(f), f.name) not in done]
     if not files:
         sys.exit(f"{' '.join(args.items)}: no task files")
     import torch
@@ -692,7 +714,7 @@ def main() -> None:
         args.out.write_text(json.dumps({"env": env, "results": rows}, indent=1, default=repr))
 
     t0 = time.monotonic()
-    rows = run_all(files, args, save)
+    rows = earlier + (run_all(files, args, lambda new: save(earlier + new)) if files else [])
     env["search_s"] = round(time.monotonic() - t0, 1)
     if DEVICE == "cuda":
         env["device"] = torch.cuda.get_device_name()
