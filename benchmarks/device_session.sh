@@ -5,6 +5,9 @@
 # Usage (on the device, repo root; `.dev` (bubblewrap) and `.whl` (pydantic, sqlalchemy, openai) carried, `.kb`
 # (KernelBench's level1-3 files) for the KernelBench steps; `bash benchmarks/device_prepare.sh` here makes all three):
 #   bash benchmarks/device_session.sh TAG "tests speed pool"    ... TAG "aa"    ... TAG "ovc"    ... TAG "sweep optimize"
+# ovc: OVC_ITEMS="FILE ..." runs those files instead of the sample of $KB; OVC_ARGS="--resume EARLIER.json" keeps
+# an earlier call's finished rows (the results file must be in the repo to travel). Keep $OUT to a few files:
+# the device returns about eight.
 set -u
 # The wheels go into the interpreter's own site-packages (root there): the sandboxes bind the interpreter's
 # library dirs and set their own PYTHONPATH, so a --target dir under /tmp is invisible to a sandboxed worker
@@ -33,7 +36,7 @@ for s in $steps; do
     speed) timeout 200 $py benchmarks/referee_speed.py --device cuda --n 5 --small --kb --out "$out/${tag}_speed.json" > "$out/${tag}_speed.log" 2>&1 ;;
     pool)  timeout -k 5 150 $py benchmarks/pool_throughput.py --n 60 --slots ${SLOTS:-8} --no-serial --timeout 30 --out "$out/${tag}_pool60.json" > "$out/${tag}_pool60.log" 2>&1 ;;
     aa)    timeout -k 5 110 $py benchmarks/referee_aa.py --repeats 3 --baseline-repeats 3 --out "$out/${tag}_aa.json" > "$out/${tag}_aa.log" 2>&1 ;;
-    ovc)   timeout -k 5 ${OVC_S:-540} $py benchmarks/offline_vs_compile.py "$kb" --sample ${SAMPLE:-12 12 8} \
+    ovc)   timeout -k 5 ${OVC_S:-540} $py benchmarks/offline_vs_compile.py ${OVC_ITEMS:-"$kb"} --sample ${SAMPLE:-12 12 8} \
              --include 40_LayerNorm --workers ${WORKERS:-6} --variants ${VARIANTS:-6} --neighbours 3 --deadline-s ${DEADLINE:-270} \
              --hard-deadline-s ${HARD:-380} --task-timeout-s 200 ${OVC_ARGS:-} --out "$out/${tag}_ovc.json" > "$out/${tag}_ovc.log" 2>&1 ;;
     sweep) timeout -k 5 ${SWEEP_S:-240} $py benchmarks/kernelbench_sweep.py "$kb" --policy ${POLICY:-lenient} --check \
