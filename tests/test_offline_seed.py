@@ -295,6 +295,45 @@ def get_inputs():
 def get_init_inputs():
     return [40]
 ''', [RED]),
+    # Few output tiles, a long K: the matmul is split over K (the CPU counts 4 SMs: one tile of a 8 x 24 output
+    # over K = 1536 is six K slices into a workspace, then a pass that sums them and runs the bias and GELU).
+    "split_k_linear_gelu": (_HEAD + '''
+class Model(nn.Module):
+    def __init__(self, k, n):
+        super().__init__()
+        self.fc = nn.Linear(k, n)
+
+    def forward(self, x):
+        return F.gelu(self.fc(x)) * 0.5
+
+
+def get_inputs():
+    return [torch.randn(8, 1536)]
+
+
+def get_init_inputs():
+    return [1536, 24]
+
+
+def get_test_inputs():
+    return [[torch.randn(3, 1536)], [torch.randn(40, 1536) * 3.0]]
+''', [MM]),
+    "split_k_bmm_residual": (_HEAD + '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b, c):
+        return torch.bmm(a, b) + c
+
+
+def get_inputs():
+    return [torch.randn(1, 16, 1000), torch.randn(1, 1000, 16), torch.randn(1, 16, 16)]
+
+
+def get_init_inputs():
+    return []
+''', [MM]),
 }
 
 # Forms with no template: (forward body, words the message must contain).

@@ -169,13 +169,18 @@ class _KernelWriter:
         kmax = 32 if a_val.dtype == torch.float32 else 64
         py += ["block_m = min(max(_ks_np2(M), 16), 128)", "block_n = min(max(_ks_np2(N), 16), 128)",
                f"block_k = min(max(_ks_np2(K), 16), {kmax})", "if batch * M * N > 0:",
-               "    grid = (triton.cdiv(M, block_m) * triton.cdiv(N, block_n), batch)"]
-        sizes = ["ga", "gb", "M", "N", "K", "sa[0]", "sa[1]", "sa[2]", "sb[0]", "sb[1]", "sb[2]"]
-        consts = ["BLOCK_M=block_m", "BLOCK_N=block_n", "BLOCK_K=block_k", "GROUP_M=8"]
+               "    tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)",
+               "    split_k = _ks_split_k(tiles * batch, batch * M * N, K, block_k, ga)",
+               "    ws = torch.empty((split_k, batch * M * N), dtype=torch.float32, device=ga.device) "
+               "if split_k > 1 else o0",
+               "    for phase in (1, 2) if split_k > 1 else (0,):",
+               "        grid = (tiles, batch, split_k if phase == 1 else 1)"]
+        sizes = ["ga", "gb", "ws", "split_k", "M", "N", "K", "sa[0]", "sa[1]", "sa[2]", "sb[0]", "sb[1]", "sb[2]"]
+        consts = ["BLOCK_M=block_m", "BLOCK_N=block_n", "BLOCK_K=block_k", "GROUP_M=8", "PHASE=phase"]
         if upcast:  # Triton's interpreter (CPU tensors) gets bf16 tl.dot wrong: upcast the tiles there
             consts.append('UPCAST=ga.device.type == "cpu"')
-        py += ["    " + ln for ln in self._launch("grid", sizes, consts, "8 if block_m * block_n >= 128 * 128 else 4",
-                                                   "3")]
+        py += ["        " + ln for ln in self._launch("grid", sizes, consts,
+                                                       "8 if block_m * block_n >= 128 * 128 else 4", "3")]
         return kernel, self._launcher(py)
 
     def _reduction(self) -> tuple[str, str]:

@@ -49,6 +49,16 @@ def _ks_sms(t):
     return 4
 
 
+def _ks_split_k(tiles, outputs, K, block_k, t):
+    """Slices of K for a matmul whose `tiles` output tiles (batch included) leave most of the GPU idle: enough
+    to give every SM two programs, each slice at least 8 K-blocks long, at most 64 slices and a 64 MiB fp32
+    workspace (`outputs` elements per slice); 1 (the one-pass kernel) when the tiles fill the GPU."""
+    sms = _ks_sms(t)
+    if tiles * 2 >= sms:
+        return 1
+    return max(1, min(64, triton.cdiv(2 * sms, tiles), K // (8 * block_k), (16 << 20) // max(outputs, 1)))
+
+
 def _ks_bshape(*shapes):
     """The broadcast of `shapes` (plain Python: no torch operator runs)."""
     nd = max(len(s) for s in shapes)

@@ -1,0 +1,104 @@
+"""Compile a program's Triton kernels for an NVIDIA GPU on a machine without one (a helper of
+`test_gpu_codegen.py`, run as a script in child processes).
+
+Triton's interpreter, which runs the CPU tests, never lowers a kernel: a kernel can pass every CPU test and still
+fail to compile for the GPU (a scalar the code generator cannot type, a constexpr branch that leaves a variable
+undefined, a layout ptxas refuses). Triton compiles ahead of time for a named target with no device present, so:
+
+    python tests/gpu_codegen.py record TASK.py PROGRAM.py LAUNCHES.json   # TRITON_INTERPRET=1: run the program once
+                                                                          # on the task's inputs, note every launch
+    python tests/gpu_codegen.py compile PROGRAM.py LAUNCHES.json [ARCH]   # no interpreter: compile each noted launch
+                                                                          # (argument types, constexprs, num_warps,
+                                                                          # num_stages) for cuda:ARCH (default 90)
+
+`compile` prints one JSON line per launch ({"kernel", "ok", "error"}) and exits 1 when any failed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+
+_PTR = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int64": "i64",
+        "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
+
+
+def _load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def record(task: str, program: str, out: str) -> None:
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    from triton.runtime.interpreter import InterpretedFunction
+
+    launches: dict[str, dict] = {}
+    original = InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        params = inspect.signature(self.fn).parameters
+        bound = dict(zip(self.arg_names, args))
+        bound.update({k: v for k, v in kwargs.items() if k in params})
+        signature, constexprs = {}, {}
+        for name, value in bound.items():
+            if "constexpr" in str(params[name].annotation) or value is None:
+                signature[name] = "constexpr"
+                constexprs[name] = value
+            elif isinstance(value, torch.Tensor):
+                signature[name] = "*" + _PTR[str(value.dtype).removeprefix("torch.")]
+            elif isinstance(value, bool):
+                signature[name] = "i1"
+            elif isinstance(value, int):
+                signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            elif isinstance(value, float):
+                signature[name] = "fp32"
+            else:
+                raise TypeError(f"{self.fn.__name__}: argument {name} is a {type(value).__name__}")
+        launch = {"kernel": self.fn.__name__, "signature": signature, "constexprs": constexprs,
+                  "num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3)}
+        launches[json.dumps(launch, sort_keys=True, default=str)] = launch
+        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    InterpretedFunction.run = run
+    ref = _load(task, "codegen_task")
+    prog = _load(program, "codegen_program")
+    torch.manual_seed(0)
+    model = prog.ModelNew(*ref.get_init_inputs())
+    with torch.no_grad():
+        model(*ref.get_inputs())
+    Path(out).write_text(json.dumps(list(launches.values()), indent=1))
+
+
+def compile_all(program: str, launches: str, arch: int) -> int:
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    prog = _load(program, "codegen_program")
+    failed = 0
+    for launch in json.loads(Path(launches).read_text()):
+        fn = getattr(prog, launch["kernel"])
+        try:
+            src = triton.compiler.ASTSource(fn=fn, signature=launch["signature"], constexprs=launch["constexprs"])
+            triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                           options={"num_warps": launch["num_warps"], "num_stages": launch["num_stages"]})
+            print(json.dumps({"kernel": launch["kernel"], "ok": True}), flush=True)
+        except Exception as exc:  # noqa: BLE001 - every launch is tried; the failures are the output
+            failed += 1
+            print(json.dumps({"kernel": launch["kernel"], "ok": False,
+                              "error": f"{type(exc).__name__}: {str(exc)[-1500:]}"}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "record":
+        record(*sys.argv[2:5])
+    else:
+        sys.exit(compile_all(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 90))
