@@ -58,12 +58,16 @@ if DEVICE == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")  # the seeds run on the CPU (--check); set before triton loads
 
 import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_codegen  # noqa: E402
 import triton  # noqa: E402
 
 from kernelsmith.compiler import SeedUnsupported, generate_seeds  # noqa: E402
 from kernelsmith.task import Task, TaskError, load_module  # noqa: E402
 
 SHRINK_ABOVE = 128  # lower and image models downsample to nothing (MobileNet, ViT patches)
+GPU_CODEGEN = 0  # --gpu-codegen ARCH: the checked seed's launches also compiled ahead of time for cuda:ARCH
 MEMORY_BYTES = 12 << 30  # per child: a task at its shipped sizes must not take the machine down
 
 
@@ -201,11 +205,14 @@ def check_seed(path: Path, task_source: str, seed_source: str) -> dict[str, Any]
     """The seed against the reference on DEVICE: one construction seed, fresh inputs, launches counted."""
     launcher = _launcher()
     launches = [0]
+    specs: list[dict] = []
     real_run = launcher.run
 
     def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not kwargs.get("warmup"):
             launches[0] += 1
+            if GPU_CODEGEN and DEVICE == "cpu":
+                specs.append(gpu_codegen.launch_spec(self.fn, self.arg_names, args, kwargs))
         return real_run(self, *args, **kwargs)
 
     t0 = time.perf_counter()
@@ -236,7 +243,37 @@ def check_seed(path: Path, task_source: str, seed_source: str) -> dict[str, Any]
                 "check_s": time.perf_counter() - t0}
     why = _compare(want, got)
     verdict = "mismatch" if why else ("correct" if launches[0] else "no_launch")
-    return {"verdict": verdict, "why": why or "", "launches": launches[0], "check_s": time.perf_counter() - t0}
+    row = {"verdict": verdict, "why": why or "", "launches": launches[0], "check_s": time.perf_counter() - t0}
+    if specs:
+        row["gpu_codegen"] = compile_for_gpu(seed_source, gpu_codegen.unique(specs))
+    return row
+
+
+def compile_for_gpu(seed_source: str, specs: list[dict]) -> dict[str, Any]:
+    """The seed's kernels, as launched in the interpreter, compiled for cuda:GPU_CODEGEN in a child without the
+    interpreter (`gpu_codegen.py compile`): a kernel that runs on the CPU but would not compile on the device."""
+    import subprocess
+    import tempfile
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kb-codegen-") as tmp:
+        prog, launches = Path(tmp) / "seed.py", Path(tmp) / "launches.json"
+        prog.write_text(seed_source)
+        launches.write_text(json.dumps(specs, default=repr))
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        try:
+            got = subprocess.run([sys.executable, str(Path(gpu_codegen.__file__)), "compile", str(prog),
+                                  str(launches), str(GPU_CODEGEN)], capture_output=True, text=True, env=env,
+                                 timeout=600)
+        except subprocess.TimeoutExpired:
+            return {"launches": len(specs), "error": "compiling took over 600 s", "s": time.perf_counter() - t0}
+    results = [json.loads(ln) for ln in got.stdout.splitlines() if ln.startswith("{")]
+    failed = [r for r in results if not r["ok"]]
+    out: dict[str, Any] = {"arch": GPU_CODEGEN, "launches": len(specs), "compiled": len(results) - len(failed),
+                           "failed": failed, "s": round(time.perf_counter() - t0, 1)}
+    if len(results) < len(specs):
+        out["error"] = got.stderr[-500:]
+    return out
 
 
 def _runs_at(path: Path, overrides: dict[str, Any]) -> bool:
@@ -469,7 +506,7 @@ def table(paths: list[Path]) -> str:
 
 
 def main() -> None:
-    global SHRINK_ABOVE
+    global SHRINK_ABOVE, GPU_CODEGEN
     if len(sys.argv) > 1 and sys.argv[1] == "table":
         print(table([Path(a) for a in sys.argv[2:]]))
         return
@@ -489,6 +526,9 @@ def main() -> None:
     ap.add_argument("--no-set-check", action="store_true", help="skip the --set check (step 1)")
     ap.add_argument("--shrink-above", type=int, default=SHRINK_ABOVE,
                     help="halve even size constants above this (default %(default)s)")
+    ap.add_argument("--gpu-codegen", type=int, default=0, metavar="ARCH",
+                    help="with --check on the CPU: also compile each checked seed's kernels for cuda:ARCH "
+                         "(e.g. 90: H100/H200) ahead of time, no GPU needed")
     ap.add_argument("--out", type=Path, default=Path("kernelbench_sweep.json"))
     args = ap.parse_args()
     files = sorted(f for lv in args.levels for f in (args.kernelbench / f"level{lv}").glob("*.py"))
@@ -497,7 +537,7 @@ def main() -> None:
     if not files:
         sys.exit(f"{args.kernelbench}: no level*/ task files")
     t0 = time.time()
-    SHRINK_ABOVE = args.shrink_above
+    SHRINK_ABOVE, GPU_CODEGEN = args.shrink_above, args.gpu_codegen
     rows = sweep(files, not args.no_seed, not args.no_shrink, args.timeout_s, args.jobs, args.policy, args.check,
                  not args.no_set_check)
     env = {"date": str(date.today()), "cpus": os.cpu_count(), "python": platform.python_version(),

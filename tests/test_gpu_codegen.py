@@ -3,7 +3,7 @@
 The CPU tests run kernels in Triton's interpreter, which never lowers them; a kernel can pass all of them and
 fail to compile on the device, where each failure costs scarce device time. Per template family, a CPU-sized
 task's strict seed runs once in the interpreter (noting each launch's argument types, constexprs, warps and
-stages), then every noted launch is compiled ahead of time for `cuda:90` (`tests/gpu_codegen.py`). Skipped
+stages), then every noted launch is compiled ahead of time for `cuda:90` (`benchmarks/gpu_codegen.py`). Skipped
 where Triton has no NVIDIA backend or ptxas.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 from kernelsmith.compiler import generate_seed
 
-HELPER = Path(__file__).with_name("gpu_codegen.py")
+HELPER = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_codegen.py"
 
 TASK = '''import torch
 import torch.nn as nn

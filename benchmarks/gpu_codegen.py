@@ -1,13 +1,13 @@
-"""Compile a program's Triton kernels for an NVIDIA GPU on a machine without one (a helper of
-`test_gpu_codegen.py`, run as a script in child processes).
+"""Compile a program's Triton kernels for an NVIDIA GPU on a machine without one (`tests/test_gpu_codegen.py`
+runs it as a script; `kernelbench_sweep.py --gpu-codegen` uses `launch_spec` and `compile_all` on every seed).
 
 Triton's interpreter, which runs the CPU tests, never lowers a kernel: a kernel can pass every CPU test and still
 fail to compile for the GPU (a scalar the code generator cannot type, a constexpr branch that leaves a variable
 undefined, a layout ptxas refuses). Triton compiles ahead of time for a named target with no device present, so:
 
-    python tests/gpu_codegen.py record TASK.py PROGRAM.py LAUNCHES.json   # TRITON_INTERPRET=1: run the program once
+    python benchmarks/gpu_codegen.py record TASK.py PROGRAM.py LAUNCHES.json   # TRITON_INTERPRET=1: run the program once
                                                                           # on the task's inputs, note every launch
-    python tests/gpu_codegen.py compile PROGRAM.py LAUNCHES.json [ARCH]   # no interpreter: compile each noted launch
+    python benchmarks/gpu_codegen.py compile PROGRAM.py LAUNCHES.json [ARCH]   # no interpreter: compile each noted launch
                                                                           # (argument types, constexprs, num_warps,
                                                                           # num_stages) for cuda:ARCH (default 90)
 
@@ -35,36 +35,47 @@ def _load(path: str, name: str):
     return module
 
 
+def launch_spec(fn, arg_names: list[str], args: tuple, kwargs: dict) -> dict:
+    """What Triton needs to compile this launch of `fn` (the kernel's Python function) ahead of time: each
+    argument's type (a tensor's pointer type, an int's width), the constexprs, num_warps and num_stages."""
+    import torch
+
+    params = inspect.signature(fn).parameters
+    bound = dict(zip(arg_names, args))
+    bound.update({k: v for k, v in kwargs.items() if k in params})
+    signature, constexprs = {}, {}
+    for name, value in bound.items():
+        if "constexpr" in str(params[name].annotation) or value is None:
+            signature[name] = "constexpr"
+            constexprs[name] = value
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + _PTR[str(value.dtype).removeprefix("torch.")]
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        else:
+            raise TypeError(f"{fn.__name__}: argument {name} is a {type(value).__name__}")
+    return {"kernel": fn.__name__, "signature": signature, "constexprs": constexprs,
+            "num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3)}
+
+
+def unique(launches: list[dict]) -> list[dict]:
+    return list({json.dumps(x, sort_keys=True, default=str): x for x in launches}.values())
+
+
 def record(task: str, program: str, out: str) -> None:
     os.environ["TRITON_INTERPRET"] = "1"
     import torch
     from triton.runtime.interpreter import InterpretedFunction
 
-    launches: dict[str, dict] = {}
+    launches: list[dict] = []
     original = InterpretedFunction.run
 
     def run(self, *args, grid, warmup, **kwargs):
-        params = inspect.signature(self.fn).parameters
-        bound = dict(zip(self.arg_names, args))
-        bound.update({k: v for k, v in kwargs.items() if k in params})
-        signature, constexprs = {}, {}
-        for name, value in bound.items():
-            if "constexpr" in str(params[name].annotation) or value is None:
-                signature[name] = "constexpr"
-                constexprs[name] = value
-            elif isinstance(value, torch.Tensor):
-                signature[name] = "*" + _PTR[str(value.dtype).removeprefix("torch.")]
-            elif isinstance(value, bool):
-                signature[name] = "i1"
-            elif isinstance(value, int):
-                signature[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
-            elif isinstance(value, float):
-                signature[name] = "fp32"
-            else:
-                raise TypeError(f"{self.fn.__name__}: argument {name} is a {type(value).__name__}")
-        launch = {"kernel": self.fn.__name__, "signature": signature, "constexprs": constexprs,
-                  "num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3)}
-        launches[json.dumps(launch, sort_keys=True, default=str)] = launch
+        launches.append(launch_spec(self.fn, self.arg_names, args, kwargs))
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     InterpretedFunction.run = run
@@ -74,7 +85,7 @@ def record(task: str, program: str, out: str) -> None:
     model = prog.ModelNew(*ref.get_init_inputs())
     with torch.no_grad():
         model(*ref.get_inputs())
-    Path(out).write_text(json.dumps(list(launches.values()), indent=1))
+    Path(out).write_text(json.dumps(unique(launches), indent=1))
 
 
 def compile_all(program: str, launches: str, arch: int) -> int:
