@@ -38,7 +38,7 @@ for s in $steps; do
     aa)    timeout -k 5 110 $py benchmarks/referee_aa.py --repeats 3 --baseline-repeats 3 --out "$out/${tag}_aa.json" > "$out/${tag}_aa.log" 2>&1 ;;
     ovc)   timeout -k 5 ${OVC_S:-540} $py benchmarks/offline_vs_compile.py ${OVC_ITEMS:-"$kb"} --sample ${SAMPLE:-12 12 8} \
              --include 40_LayerNorm --workers ${WORKERS:-6} --variants ${VARIANTS:-6} --neighbours 3 --deadline-s ${DEADLINE:-270} \
-             --hard-deadline-s ${HARD:-380} --task-timeout-s 200 ${OVC_ARGS:-} --out "$out/${tag}_ovc.json" > "$out/${tag}_ovc.log" 2>&1 ;;
+             --hard-deadline-s ${HARD:-380} --task-timeout-s ${TASK_S:-200} ${OVC_ARGS:-} --out "$out/${tag}_ovc.json" > "$out/${tag}_ovc.log" 2>&1 ;;
     sweep) timeout -k 5 ${SWEEP_S:-240} $py benchmarks/kernelbench_sweep.py "$kb" --policy ${POLICY:-lenient} --check \
              --device cuda --no-set-check --shrink-above 16 --timeout-s 90 --jobs ${JOBS:-12} \
              ${ONLY:+--only $ONLY} --out "$out/${tag}_sweep.json" > "$out/${tag}_sweep.log" 2>&1 ;;
