@@ -22,7 +22,11 @@ so a hang or a slow task cannot stop the sweep. Per file:
    module calls seeded one by one (`workshop/offline/parts.py`, `from_parts` in the row). Outcome: produced, refused (`SeedUnsupported`: its
    reason, whether it names a line of the task file), error (any other exception) or timeout; the time to the
    outcome.
-3. **`--check`**: a produced seed is run against the reference on the CPU (Triton's interpreter,
+3. **`--gpu-codegen ARCH`** (CPU): the seed's kernel launches compiled ahead of time for `cuda:ARCH` with
+   Triton's own ptxas (`benchmarks/gpu_codegen.py`): the launches of the check, or without `--check` of one
+   forward whose kernels are noted and not run. A kernel the interpreter runs but the GPU compiler refuses shows
+   up here, not on the device.
+4. **`--check`**: a produced seed is run against the reference on the CPU (Triton's interpreter,
    `TRITON_INTERPRET=1`), or on the GPU with `--device cuda` (compiled kernels; each child its own CUDA context,
    so the kernels the CPU interpreter could not finish in time get a verdict): both models built from one torch seed (ModelNew runs the reference's own __init__),
    fresh inputs from `get_inputs()` under another seed, every output compared with atol = rtol = 1e-2 in fp32,
@@ -249,6 +253,40 @@ def check_seed(path: Path, task_source: str, seed_source: str) -> dict[str, Any]
     return row
 
 
+def launches_of(path: Path, task_source: str, seed_source: str) -> list[dict]:
+    """The seed's Triton launches (argument types, constexprs, warps, stages) from one forward whose kernels are
+    noted and not run: the launchers' Python runs, so every launch and its shapes happen, in seconds even where
+    the interpreter would take minutes. (Values are garbage: only for `compile_for_gpu`.)"""
+    from triton.runtime import interpreter
+
+    specs: list[dict] = []
+    real_run = interpreter.InterpretedFunction.run
+
+    def noted(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not kwargs.get("warmup"):
+            specs.append(gpu_codegen.launch_spec(self.fn, self.arg_names, args, kwargs))
+
+    ref = load_module(task_source, str(path), "kb_codegen_reference")
+    cand = load_module(seed_source, "<seed>", "kb_codegen_seed")
+    torch.manual_seed(1)
+    new = cand.ModelNew(*ref.get_init_inputs())
+    interpreter.InterpretedFunction.run = noted
+    try:
+        with torch.no_grad():
+            new(*ref.get_inputs())
+    finally:
+        interpreter.InterpretedFunction.run = real_run
+    return gpu_codegen.unique(specs)
+
+
+def dry_codegen(path: Path, task_source: str, seed_source: str) -> dict[str, Any]:
+    try:
+        specs = launches_of(path, task_source, seed_source)
+    except Exception as exc:  # noqa: BLE001 - a launcher that needs its kernels' results: said, not fatal
+        return {"error": f"noting the launches: {type(exc).__name__}: {exc}"[:300]}
+    return compile_for_gpu(seed_source, specs) if specs else {"launches": 0}
+
+
 def compile_for_gpu(seed_source: str, specs: list[dict]) -> dict[str, Any]:
     """The seed's kernels, as launched in the interpreter, compiled for cuda:GPU_CODEGEN in a child without the
     interpreter (`gpu_codegen.py compile`): a kernel that runs on the CPU but would not compile on the device."""
@@ -365,6 +403,8 @@ def run_seed(path: Path, source: str, shrinking: bool, policy: str = "strict", c
         row = {"outcome": "produced", "patterns": result.patterns, "externs": result.externs,
                "vendor": result.vendor, "seeds": 1 + len(others),
                "s": time.perf_counter() - t0, "shrunk": applied, "not_shrunk": sorted(set(wanted) - set(applied))}
+        if GPU_CODEGEN and not check:
+            row["gpu_codegen"] = dry_codegen(path, task.source, result.source)
         if check:
             if conn is not None:  # the outcome so far, should the check time out
                 conn.send({"seed": dict(row, verdict="timeout")})
@@ -442,8 +482,11 @@ def sweep(files: list[Path], seed: bool, shrinking: bool, timeout_s: float, jobs
                 rows[str(f)] = last
                 del running[f]
                 sd = last.get("seed", {})
+                cg = sd.get("gpu_codegen")
+                cg = "" if cg is None else (cg.get("error") or f"sm_{cg.get('arch')}: {cg.get('compiled', 0)}/"
+                                            f"{cg['launches']} compiled" if "launches" in cg else cg.get("error"))
                 print(f"{f.parent.name}/{f.name}: {sd.get('outcome', '-')} {sd.get('verdict', '')} "
-                      f"{len(last['set']['refused'])} refused {sd.get('why') or sd.get('reason') or ''}"[:300],
+                      f"{len(last['set']['refused'])} refused {sd.get('why') or sd.get('reason') or ''} {cg}"[:300],
                       file=sys.stderr, flush=True)
     return rows
 
@@ -527,8 +570,9 @@ def main() -> None:
     ap.add_argument("--shrink-above", type=int, default=SHRINK_ABOVE,
                     help="halve even size constants above this (default %(default)s)")
     ap.add_argument("--gpu-codegen", type=int, default=0, metavar="ARCH",
-                    help="with --check on the CPU: also compile each checked seed's kernels for cuda:ARCH "
-                         "(e.g. 90: H100/H200) ahead of time, no GPU needed")
+                    help="on the CPU: compile each seed's kernels for cuda:ARCH (e.g. 90: H100/H200) ahead of "
+                         "time, no GPU needed; the launches of the --check run, else of a forward whose kernels "
+                         "are noted and not run (seconds, not the interpreter's minutes)")
     ap.add_argument("--out", type=Path, default=Path("kernelbench_sweep.json"))
     args = ap.parse_args()
     files = sorted(f for lv in args.levels for f in (args.kernelbench / f"level{lv}").glob("*.py"))
