@@ -72,6 +72,7 @@ from kernelsmith.task import Task, TaskError, load_module  # noqa: E402
 
 SHRINK_ABOVE = 128  # lower and image models downsample to nothing (MobileNet, ViT patches)
 GPU_CODEGEN = 0  # --gpu-codegen ARCH: the checked seed's launches also compiled ahead of time for cuda:ARCH
+CODEGEN_TRITON = ""  # --codegen-triton DIR: the compile child imports Triton from DIR (the device's version)
 MEMORY_BYTES = 12 << 30  # per child: a task at its shipped sizes must not take the machine down
 
 
@@ -287,6 +288,12 @@ def dry_codegen(path: Path, task_source: str, seed_source: str) -> dict[str, Any
     return compile_for_gpu(seed_source, specs) if specs else {"launches": 0}
 
 
+def gpu_codegen_triton() -> str:
+    """The version of the Triton that compiles for the GPU (this one, or --codegen-triton's)."""
+    meta = next(Path(CODEGEN_TRITON).glob("triton-*.dist-info"), None) if CODEGEN_TRITON else None
+    return meta.name.removeprefix("triton-").removesuffix(".dist-info") if meta else triton.__version__
+
+
 def compile_for_gpu(seed_source: str, specs: list[dict]) -> dict[str, Any]:
     """The seed's kernels, as launched in the interpreter, compiled for cuda:GPU_CODEGEN in a child without the
     interpreter (`gpu_codegen.py compile`): a kernel that runs on the CPU but would not compile on the device."""
@@ -299,6 +306,8 @@ def compile_for_gpu(seed_source: str, specs: list[dict]) -> dict[str, Any]:
         prog.write_text(seed_source)
         launches.write_text(json.dumps(specs, default=repr))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        if CODEGEN_TRITON:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [CODEGEN_TRITON, env.get("PYTHONPATH")]))
         try:
             got = subprocess.run([sys.executable, str(Path(gpu_codegen.__file__)), "compile", str(prog),
                                   str(launches), str(GPU_CODEGEN)], capture_output=True, text=True, env=env,
@@ -307,7 +316,7 @@ def compile_for_gpu(seed_source: str, specs: list[dict]) -> dict[str, Any]:
             return {"launches": len(specs), "error": "compiling took over 600 s", "s": time.perf_counter() - t0}
     results = [json.loads(ln) for ln in got.stdout.splitlines() if ln.startswith("{")]
     failed = [r for r in results if not r["ok"]]
-    out: dict[str, Any] = {"arch": GPU_CODEGEN, "launches": len(specs), "compiled": len(results) - len(failed),
+    out: dict[str, Any] = {"arch": GPU_CODEGEN, "triton": gpu_codegen_triton(), "launches": len(specs), "compiled": len(results) - len(failed),
                            "failed": failed, "s": round(time.perf_counter() - t0, 1)}
     if len(results) < len(specs):
         out["error"] = got.stderr[-500:]
@@ -483,7 +492,7 @@ def sweep(files: list[Path], seed: bool, shrinking: bool, timeout_s: float, jobs
                 del running[f]
                 sd = last.get("seed", {})
                 cg = sd.get("gpu_codegen")
-                cg = "" if cg is None else (cg.get("error") or f"sm_{cg.get('arch')}: {cg.get('compiled', 0)}/"
+                cg = "" if cg is None else (cg.get("error") or f"sm_{cg.get('arch')} (triton {cg.get('triton')}): {cg.get('compiled', 0)}/"
                                             f"{cg['launches']} compiled" if "launches" in cg else cg.get("error"))
                 print(f"{f.parent.name}/{f.name}: {sd.get('outcome', '-')} {sd.get('verdict', '')} "
                       f"{len(last['set']['refused'])} refused {sd.get('why') or sd.get('reason') or ''} {cg}"[:300],
@@ -549,7 +558,7 @@ def table(paths: list[Path]) -> str:
 
 
 def main() -> None:
-    global SHRINK_ABOVE, GPU_CODEGEN
+    global SHRINK_ABOVE, GPU_CODEGEN, CODEGEN_TRITON
     if len(sys.argv) > 1 and sys.argv[1] == "table":
         print(table([Path(a) for a in sys.argv[2:]]))
         return
@@ -573,6 +582,9 @@ def main() -> None:
                     help="on the CPU: compile each seed's kernels for cuda:ARCH (e.g. 90: H100/H200) ahead of "
                          "time, no GPU needed; the launches of the --check run, else of a forward whose kernels "
                          "are noted and not run (seconds, not the interpreter's minutes)")
+    ap.add_argument("--codegen-triton", default="", metavar="DIR",
+                    help="compile with the Triton installed in DIR (`pip install --target DIR --no-deps "
+                         "triton==3.6.0`: the device's version) instead of this environment's")
     ap.add_argument("--out", type=Path, default=Path("kernelbench_sweep.json"))
     args = ap.parse_args()
     files = sorted(f for lv in args.levels for f in (args.kernelbench / f"level{lv}").glob("*.py"))
@@ -581,7 +593,7 @@ def main() -> None:
     if not files:
         sys.exit(f"{args.kernelbench}: no level*/ task files")
     t0 = time.time()
-    SHRINK_ABOVE, GPU_CODEGEN = args.shrink_above, args.gpu_codegen
+    SHRINK_ABOVE, GPU_CODEGEN, CODEGEN_TRITON = args.shrink_above, args.gpu_codegen, args.codegen_triton
     rows = sweep(files, not args.no_seed, not args.no_shrink, args.timeout_s, args.jobs, args.policy, args.check,
                  not args.no_set_check)
     env = {"date": str(date.today()), "cpus": os.cpu_count(), "python": platform.python_version(),
