@@ -61,10 +61,12 @@ TASKS = {
                           "        v, i = torch.topk(x, 3, dim=1)\n        m, j = torch.max(x, dim=1)\n"
                           "        return v * 2.0, i, m + 1.0, j",
                           "torch.randn(4, 10)"), [EW, RED], ["topk", "max"]),
-    # a tensor made in forward from a Python value (KernelBench level2/31): the same torch.tensor call, on the
-    # inputs' device, then fused into the elementwise kernel as an operand
-    "tensor_in_forward": (_task("        self.c = c", "        return torch.min(x * 2.0, torch.tensor(self.c)) + 1.0",
-                                "torch.randn(5, 7)", ", c", "0.25"), [EW], ["torch.tensor(0.25)"]),
+    # a tensor made in forward from Python values: the same torch.tensor call, on the inputs' device, then fused
+    # into the elementwise kernel as an operand (a 0-dim one, KernelBench level2/31, is a number in the kernel:
+    # `test_offline_seed.py`'s number_tensors_in_forward)
+    "tensor_in_forward": (_task("        self.c = c",
+                                "        return torch.min(x * 2.0, torch.tensor([self.c, 1.0])) + 1.0",
+                                "torch.randn(5, 2)", ", c", "0.25"), [EW], ["torch.tensor([0.25, 1.0])"]),
     # an extern between two fused regions: a fusion barrier
     "barrier": (_task("        self.fc = nn.Linear(6, 6)",
                       "        y = torch.sigmoid(self.fc(x))\n        z = torch.sort(y, dim=1)[0]\n"
@@ -132,7 +134,7 @@ def test_the_extern_is_the_torch_call_in_forward(seeds) -> None:
     src = seeds["lstm_head"][2].source
     assert "_ks_attr(self, 'lstm')(x)" in src
     assert "torch.logcumsumexp(x, dim=1)" in seeds["scan_epilogue"][2].source
-    assert "torch.tensor(0.25, dtype=torch.float32, device=x.device)" in seeds["tensor_in_forward"][2].source
+    assert "torch.tensor([0.25, 1.0], dtype=torch.float32, device=x.device)" in seeds["tensor_in_forward"][2].source
     einops = seeds["einops_segsum"][2].source
     assert "import einops" in einops and "einops.rearrange(x, 'b (c l) -> b c l', l=4)" in einops
     assert "dtype=torch.bool" in einops  # `dtype=bool` as the torch dtype it means

@@ -295,6 +295,25 @@ def get_inputs():
 def get_init_inputs():
     return [40]
 ''', [RED]),
+    # 0-dim tensors of numbers made in forward (KernelBench level2/31, /93): numbers in the kernel, under strict too.
+    "number_tensors_in_forward": (_HEAD + '''
+class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+
+    def forward(self, x):
+        x = torch.min(x, torch.tensor(self.c))
+        return torch.max(x, torch.tensor(-0.5, device=x.device)) * 2.0 + torch.tensor(1)
+
+
+def get_inputs():
+    return [torch.randn(4, 33)]
+
+
+def get_init_inputs():
+    return [0.25]
+''', [EW]),
     # Few output tiles, a long K: the matmul is split over K (the CPU counts 4 SMs: one tile of a 8 x 24 output
     # over K = 1536 is six K slices into a workspace, then a pass that sums them and runs the bias and GELU).
     "split_k_linear_gelu": (_HEAD + '''

@@ -171,6 +171,12 @@ class _Lowerer:
         KernelBench level2/31) as the same `torch.tensor(...)` call in the generated forward, on the inputs'
         device, with the value it had while tracing (as other trace-time Python values are specialised)."""
         obj = getattr(self.gm, path, None)
+        if (isinstance(obj, torch.Tensor) and not obj.is_meta and obj.dim() == 0 and obj.dtype != torch.bool
+                and not obj.is_complex()):
+            # Both policies: a 0-dim constant (`torch.min(x, torch.tensor(0.0))`, level2/31, /83, /93) is a number
+            # in the kernel, as torch's type promotion makes it for a float tensor: no tensor, no host copy.
+            self.params[path] = self.number_tensor(obj.item(), path)
+            return self.params[path]
         first = next((v for v in self.vals if v.kind == "input"), None)
         if (self.policy != "lenient" or not isinstance(obj, torch.Tensor) or obj.is_meta or obj.numel() > 64
                 or first is None):
@@ -185,6 +191,21 @@ class _Lowerer:
         v.origin = path
         self.params[path] = v
         return v
+
+    def number_tensor(self, value: float, path: str) -> _Val:
+        """A 0-dim tensor of a Python number: in the kernel, the number (a float tensor's ops promote it away)."""
+        v = self.new("glue", "attr", value=float(value), render=lambda nm, x=float(value): repr(x))
+        v.params.update(path=path, scalar_tensor=True)
+        v.origin = path
+        return v
+
+    def op_tensor(self, data, dtype=None, device=None, requires_grad=False, pin_memory=False):
+        """`torch.tensor(c, device=x.device)` of a number (level2/83, /93): the number, as `number_tensor`."""
+        value, dt = self.const(data), self.const(dtype)
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (dt is not None and not (isinstance(dt, torch.dtype) and dt.is_floating_point))):
+            raise self.unsupported("torch.tensor of anything but a float number has no template")
+        return self.number_tensor(value, f"{self.node.name}_value" if self.node is not None else "tensor_value")
 
     def attr_scalar(self, path: str, value: Any) -> _Val:
         """A float attribute of the model (`self.scale`, a module's eps), read from `self` at run time."""
@@ -502,6 +523,8 @@ class _Lowerer:
                 # a view (transpose, permute) made contiguous before a .view(): torch copies it
                 return self._tensor_glue(node, ns, name, args, kwargs)
             return x
+        if ns == "torch" and name == "tensor":  # of a number: the number (no tensor, no host copy)
+            return self.op_tensor(*args, **kwargs)
         if not tensor_args:
             return self._python_glue(node, ns, name, args, kwargs)
         if (ns == "method" and name in _GLUE_METHODS) or (ns == "torch" and name in _GLUE_FUNCTIONS) or (
@@ -740,7 +763,7 @@ class _Lowerer:
     def op_amin(self, input, dim=(), keepdim=False): return self.red("min", input, dim, keepdim)
 
     def _maxmin(self, kind, input, dim, keepdim):
-        if isinstance(dim, _Val) and dim.tensor:
+        if isinstance(dim, _Val) and (dim.tensor or dim.params.get("scalar_tensor")):
             return self.ew("maximum" if kind == "max" else "minimum", input, dim)
         if dim is None:
             return self.red(kind, input, None, False)
