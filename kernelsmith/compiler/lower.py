@@ -167,9 +167,10 @@ class _Lowerer:
         return self.params[path]
 
     def _made_in_forward(self, path: str) -> _Val | None:
-        """Lenient: a small tensor the forward makes from Python values (`torch.tensor(self.constant_value)`,
-        KernelBench level2/31) as the same `torch.tensor(...)` call in the generated forward, on the inputs'
-        device, with the value it had while tracing (as other trace-time Python values are specialised)."""
+        """A tensor the forward makes from Python values, with the value it had while tracing (as other
+        trace-time Python values are specialised): a 0-dim one (`torch.tensor(self.constant_value)`, KernelBench
+        level2/31) is the number (`number_tensor`); under lenient a small one is the same `torch.tensor(...)`
+        call in the generated forward, on the inputs' device."""
         obj = getattr(self.gm, path, None)
         if (isinstance(obj, torch.Tensor) and not obj.is_meta and obj.dim() == 0 and obj.dtype != torch.bool
                 and not obj.is_complex()):
