@@ -174,7 +174,7 @@ class _Lowerer:
         obj = getattr(self.gm, path, None)
         if (isinstance(obj, torch.Tensor) and not obj.is_meta and obj.dim() == 0 and obj.dtype != torch.bool
                 and not obj.is_complex()):
-            # Both policies: a 0-dim constant (`torch.min(x, torch.tensor(0.0))`, level2/31, /83, /93) is a number
+            # Both policies: a 0-dim constant (`torch.min(x, torch.tensor(self.c))`, level2/31) is a number
             # in the kernel, as torch's type promotion makes it for a float tensor: no tensor, no host copy.
             self.params[path] = self.number_tensor(obj.item(), path)
             return self.params[path]
@@ -195,7 +195,8 @@ class _Lowerer:
 
     def number_tensor(self, value: float, path: str) -> _Val:
         """A 0-dim tensor of a Python number: in the kernel, the number (a float tensor's ops promote it away)."""
-        v = self.new("glue", "attr", value=float(value), render=lambda nm, x=float(value): repr(x))
+        value = float(value)
+        v = self.new("glue", "attr", value=value, render=lambda nm, x=value: repr(x))
         v.params.update(path=path, scalar_tensor=True)
         v.origin = path
         return v

@@ -19,7 +19,7 @@ def matmul_kernel(name: str, doc: str, n_in: int, n_out: int, n_scalar: int, pre
     consts = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "PHASE"] + (["UPCAST"] if upcast else [])
     sig = _signature(n_in, n_out, n_scalar, sizes, consts)
     prec = f', input_precision="{precision}"' if precision else ""
-    up = ["            if UPCAST:", "                a = a.to(tl.float32)", "                b = b.to(tl.float32)"]
+    up = ["            if UPCAST:", "                a = a.to(tl.float32)", "                b = b.to(tl.float32)"] if upcast else []
     lines = [
         "@triton.jit",
         f"def {name}({sig}):",
@@ -58,7 +58,7 @@ def matmul_kernel(name: str, doc: str, n_in: int, n_out: int, n_scalar: int, pre
         "            k_mask = offs_k < k_hi - k0",
         "            a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)",
         "            b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)",
-        *(up if upcast else []),
+        *up,
         f"            acc = tl.dot(a, b, acc{prec})",
         "            a_ptrs += BLOCK_K * s_ak",
         "            b_ptrs += BLOCK_K * s_bk",
