@@ -273,6 +273,10 @@ def _check_state(ref: nn.Module, mine: nn.Module) -> None:
     ("nn.InstanceNorm3d", dict(num_features=2, affine=True), (2, 2, 3, 4, 3)),
     ("nn.GroupNorm", dict(num_groups=2, num_channels=6), (2, 6, 5, 3)),
     ("nn.GroupNorm", dict(num_groups=3, num_channels=3, affine=False, eps=1e-3), (3, 3, 8)),
+    # segments of >= 512 contiguous elements: the apply runs one program per block of a segment
+    ("nn.BatchNorm1d", dict(num_features=2, momentum=None), (2, 2, 600)),
+    ("nn.InstanceNorm2d", dict(num_features=2, affine=True, track_running_stats=True), (2, 2, 24, 24)),
+    ("nn.GroupNorm", dict(num_groups=2, num_channels=4), (2, 4, 24, 24)),
 ])
 def test_norms_train_then_eval(key: str, kw: dict, shape: tuple, tmp_path: Path) -> None:
     """Two training steps (the running statistics, num_batches_tracked and a None momentum as torch has

@@ -32,40 +32,45 @@ _SOURCE = '''
 _KS_NORM_BLOCK = 1024
 _KS_NORM_APPLY_BLOCK = 1024
 _KS_NORM_NUM_WARPS = 4
+_KS_NORM_SEG_MIN = 512
 _ks_norm_programs = 1056
 
 
 @triton.jit
 def _ks_norm_stats_kernel(x_ptr, part_ptr, total, L, row_stride, a_stride, chunk, SPLIT,
-                          BLOCK: tl.constexpr):
+                          CONTIG: tl.constexpr, BLOCK: tl.constexpr):
     # (count, mean, M2) of elements [s*chunk, (s+1)*chunk) of row r; element e is at r*row_stride +
-    # (e // L) * a_stride + e % L.
+    # (e // L) * a_stride + e % L, or at r*row_stride + e when the row is contiguous (CONTIG: no per-element
+    # integer division, vector loads). Each lane keeps its own Welford state; the lanes are combined once at
+    # the end with Chan's formula (no reduction across warps inside the loop).
     r = tl.program_id(0)
     s = tl.program_id(1)
     base = r.to(tl.int64) * row_stride
     start = s.to(tl.int64) * chunk
-    n_acc = 0.0
-    mean_acc = 0.0
-    m2_acc = 0.0
-    for off in range(0, chunk, BLOCK):
-        idx = off + tl.arange(0, BLOCK)
+    cnt = tl.zeros((BLOCK,), dtype=tl.float32)
+    mean = tl.zeros((BLOCK,), dtype=tl.float32)
+    m2 = tl.zeros((BLOCK,), dtype=tl.float32)
+    for it in range(0, tl.cdiv(chunk, BLOCK)):
+        # chunk is a multiple of BLOCK: a lane drops out only at the row's end and stays out, so a lane still in
+        # has seen exactly it + 1 elements (one reciprocal per iteration, not a division per element).
+        idx = it * BLOCK + tl.arange(0, BLOCK)
         e = start + idx
         ok = (idx < chunk) & (e < total)
-        v = tl.load(x_ptr + base + (e // L) * a_stride + e % L, mask=ok, other=0.0).to(tl.float32)
-        n_b = tl.sum(ok.to(tl.float32), axis=0)
-        mean_b = tl.sum(v, axis=0) / tl.maximum(n_b, 1.0)
-        d = tl.where(ok, v - mean_b, 0.0)
-        m2_b = tl.sum(d * d, axis=0)
-        n_new = n_acc + n_b
-        delta = mean_b - mean_acc
-        frac = n_b / tl.maximum(n_new, 1.0)
-        mean_acc = mean_acc + delta * frac
-        m2_acc = m2_acc + m2_b + delta * delta * n_acc * frac
-        n_acc = n_new
+        if CONTIG:
+            v = tl.load(x_ptr + base + e, mask=ok, other=0.0).to(tl.float32)
+        else:
+            v = tl.load(x_ptr + base + (e // L) * a_stride + e % L, mask=ok, other=0.0).to(tl.float32)
+        cnt += ok.to(tl.float32)
+        delta = v - mean
+        mean += tl.where(ok, delta * (1.0 / (it + 1.0)), 0.0)
+        m2 += tl.where(ok, delta * (v - mean), 0.0)
+    n = tl.sum(cnt, axis=0)
+    mu = tl.sum(cnt * mean, axis=0) / tl.maximum(n, 1.0)
+    d = mean - mu
     p = part_ptr + (r * SPLIT + s) * 3
-    tl.store(p, n_acc)
-    tl.store(p + 1, mean_acc)
-    tl.store(p + 2, m2_acc)
+    tl.store(p, n)
+    tl.store(p + 1, mu)
+    tl.store(p + 2, tl.sum(m2, axis=0) + tl.sum(cnt * d * d, axis=0))
 
 
 @triton.jit
@@ -139,6 +144,39 @@ def _ks_norm_apply_kernel(x_ptr, y_ptr, mean_ptr, var_ptr, w_ptr, b_ptr, nbt_ptr
             tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)
 
 
+@triton.jit
+def _ks_norm_apply_seg_kernel(x_ptr, y_ptr, mean_ptr, var_ptr, w_ptr, b_ptr, nbt_ptr, S, C, QDIV, QMOD, eps,
+                              PER_ELEM: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                              BUMP: tl.constexpr, BLOCK: tl.constexpr):
+    # The same map over segments of S contiguous elements that share their statistics row and, unless PER_ELEM
+    # (LayerNorm's affine per element of the row), their channel: segment q = program_id(1) is channel q % C
+    # of row (q // QDIV) % QMOD. The index arithmetic is per program, the per-element work a load, a
+    # multiply-add and a store.
+    q = tl.program_id(1)
+    col = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = col < S
+    off = q.to(tl.int64) * S + col
+    row = (q // QDIV) % QMOD
+    mean = tl.load(mean_ptr + row).to(tl.float32)
+    rstd = 1.0 / tl.sqrt_rn(tl.load(var_ptr + row).to(tl.float32) + eps)
+    x = tl.load(x_ptr + off, mask=ok, other=0.0).to(tl.float32)
+    y = (x - mean) * rstd
+    if PER_ELEM:
+        if HAS_W:
+            y = y * tl.load(w_ptr + col, mask=ok, other=1.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(b_ptr + col, mask=ok, other=0.0).to(tl.float32)
+    else:
+        if HAS_W:
+            y = y * tl.load(w_ptr + q % C).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(b_ptr + q % C).to(tl.float32)
+    tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=ok)
+    if BUMP:
+        if (tl.program_id(0) == 0) & (q == 0):
+            tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)
+
+
 def _ks_norm_stats(x, rows, length, row_stride, a_stride, seg, rm=None, rv=None, nbt=None, momentum=0.0):
     """Per-row (mean, biased var) in fp32, a split reduction; rows of `length` elements in segments of `seg`."""
     mean = torch.empty(rows, device=x.device, dtype=torch.float32)
@@ -148,8 +186,8 @@ def _ks_norm_stats(x, rows, length, row_stride, a_stride, seg, rm=None, rv=None,
     chunk = triton.cdiv(triton.cdiv(length, split), block) * block
     split = triton.cdiv(length, chunk)
     part = torch.empty((rows, split, 3), device=x.device, dtype=torch.float32)
-    _ks_norm_stats_kernel[(rows, split)](x, part, length, seg, row_stride, a_stride, chunk, split, BLOCK=block,
-                                         num_warps=_KS_NORM_NUM_WARPS)
+    _ks_norm_stats_kernel[(rows, split)](x, part, length, seg, row_stride, a_stride, chunk, split,
+                                         CONTIG=seg == length, BLOCK=block, num_warps=_KS_NORM_NUM_WARPS)
     update = rm is not None
     cumulative = update and momentum is None
     _ks_norm_combine_kernel[(rows,)](part, mean, var, rm if update else mean, rv if update else var,
@@ -159,13 +197,27 @@ def _ks_norm_stats(x, rows, length, row_stride, a_stride, seg, rm=None, rv=None,
     return mean, var
 
 
-def _ks_norm_apply(x, mean, var, weight, bias, eps, C, S, rdiv, rmod, nbt=None):
+def _ks_norm_apply(x, mean, var, weight, bias, eps, C, S, rdiv, rmod, nbt=None, per_elem=False):
+    """y from x contiguous (N, C, S) and per-row statistics, row of element e = (e // rdiv) % rmod; the
+    affine per channel, or per element of S when `per_elem` (LayerNorm: C == 1, S the row)."""
     y = torch.empty_like(x)
     total = x.numel()
     block = _KS_NORM_APPLY_BLOCK
+    w = weight if weight is not None else mean
+    b = bias if bias is not None else mean
+    n = nbt if nbt is not None else mean
+    segments = total // S
+    if segments <= 65535 and (per_elem or (S >= _KS_NORM_SEG_MIN and rdiv % S == 0)):
+        # Long contiguous segments: one program per (block of a segment), no per-element index division.
+        _ks_norm_apply_seg_kernel[(triton.cdiv(S, block), segments)](
+            x, y, mean, var, w, b, n, S, C, rdiv // S, rmod, float(eps), PER_ELEM=per_elem,
+            HAS_W=weight is not None, HAS_B=bias is not None, BUMP=nbt is not None, BLOCK=block,
+            num_warps=_KS_NORM_NUM_WARPS)
+        return y
+    if per_elem:
+        C, S = S, 1  # the flat kernel's channel of e is (e // S) % C: here the element's place in its row
     _ks_norm_apply_kernel[(triton.cdiv(total, block),)](
-        x, y, mean, var, weight if weight is not None else mean, bias if bias is not None else mean,
-        nbt if nbt is not None else mean, total, S, C, rdiv, rmod, float(eps),
+        x, y, mean, var, w, b, n, total, S, C, rdiv, rmod, float(eps),
         HAS_W=weight is not None, HAS_B=bias is not None, BUMP=nbt is not None, BLOCK=block,
         num_warps=_KS_NORM_NUM_WARPS)
     return y
@@ -247,7 +299,7 @@ def _ks_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     w = weight.contiguous() if weight is not None else None
     b = bias.contiguous() if bias is not None else None
     mean, var = _ks_norm_stats(x, rows, length, length, 0, length)
-    return _ks_norm_apply(x, mean, var, w, b, eps, length, 1, length, rows)
+    return _ks_norm_apply(x, mean, var, w, b, eps, 1, length, length, rows, per_elem=True)
 '''
 
 
