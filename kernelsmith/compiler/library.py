@@ -116,6 +116,16 @@ class NodeInfo:
         """The entry's refusal: `raise info.refuse("transposed conv with output_padding")`."""
         return SeedUnsupported(f"{self.where}: {why}" if self.where else why)
 
+    def float_input(self, what: str | None = None) -> TensorInfo:
+        """The first argument, refused unless a float16/bfloat16/float32 tensor (the library kernels' types)."""
+        x = self.values[0] if self.values else None
+        what = what or self.key
+        if not isinstance(x, TensorInfo):
+            raise self.refuse(f"{what} of a non-tensor")
+        if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+            raise self.refuse(f"{what} on {x.dtype} (float16/bfloat16/float32 only)")
+        return x
+
     def decline(self, why: str) -> Declined:
         """The entry's "the templates do better here": `raise info.decline("many short rows")`."""
         return Declined(f"{self.where}: {why}" if self.where else why)

@@ -27,10 +27,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
 from kernelsmith.compiler.ir import SeedUnsupported
-from kernelsmith.compiler.library import LibraryKernel, NodeInfo, TensorInfo
+from kernelsmith.compiler.library import LibraryKernel, NodeInfo
 
 PRECISIONS = ("ieee", "tf32x3", "tf32")
 DEFAULT_PRECISION = "tf32x3"
@@ -416,13 +414,6 @@ def bound_value(info: NodeInfo, names: Sequence[str], name: str, default: Any, s
     return info.kwvalues.get(name, default)
 
 
-def _check_float(info: NodeInfo, what: str) -> None:
-    x = info.values[0] if info.values else None
-    if not isinstance(x, TensorInfo):
-        raise info.refuse(f"{what} of a non-tensor")
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise info.refuse(f"{what} on {x.dtype} (float16/bfloat16/float32 only)")
-
 
 def _options(info: NodeInfo, precision: str | None) -> str | None:
     return precision if precision is not None else info.precision
@@ -431,7 +422,7 @@ def _options(info: NodeInfo, precision: str | None) -> str | None:
 def _conv_module(transposed: bool) -> Callable[..., tuple[LibraryKernel, list[str]]]:
     def entry(info: NodeInfo, precision: str | None = None,
               epilogue: Sequence[str] = ()) -> tuple[LibraryKernel, list[str]]:
-        _check_float(info, info.key)
+        info.float_input()
         mod, m = info.module, info.module_expr
         if mod is None or m is None:
             raise info.refuse("convolution module not available")
@@ -457,7 +448,7 @@ _CONVT_DEF = {"bias": "None", "stride": "1", "padding": "0", "output_padding": "
 def _conv_function(transposed: bool) -> Callable[..., tuple[LibraryKernel, list[str]]]:
     def entry(info: NodeInfo, precision: str | None = None,
               epilogue: Sequence[str] = ()) -> tuple[LibraryKernel, list[str]]:
-        _check_float(info, info.key)
+        info.float_input()
         if "input" in info.kwargs:
             raise info.refuse("input= given by keyword")
         if transposed:

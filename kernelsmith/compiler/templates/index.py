@@ -121,20 +121,12 @@ def _ks_cross_entropy(x, target, ignore_index=-100, reduction="mean"):
 '''
 
 
-def _float_tensor(info: NodeInfo, what: str) -> TensorInfo:
-    x = info.values[0] if info.values else None
-    if not isinstance(x, TensorInfo):
-        raise info.refuse(f"{what} of a non-tensor")
-    if x.dtype not in _FLOATS:
-        raise info.refuse(f"{what} of {x.dtype} (float16/bfloat16/float32 only)")
-    return x
-
 
 def _tri(upper: bool) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:
     what = "triu" if upper else "tril"
 
     def entry(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-        x = _float_tensor(info, what)
+        x = info.float_input(what)
         if len(x.shape) < 2:
             raise info.refuse(f"{what} of a {len(x.shape)}-d tensor (at least 2 dims)")
         a = bind_args(info, ("diagonal",), {"diagonal": "0"}, skip=1)
@@ -161,7 +153,7 @@ def _check_xent(info: NodeInfo, x: TensorInfo, target: object, weight: object, s
 
 
 def _xent_function(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-    x = _float_tensor(info, "cross_entropy")
+    x = info.float_input("cross_entropy")
     a = bind_args(info, _XENT_SIG, {"weight": "None", "size_average": "None", "ignore_index": "-100",
                                     "reduce": "None", "reduction": "'mean'", "label_smoothing": "0.0"}, skip=1)
     value = lambda name, default: bound_value(info, _XENT_SIG, name, default, skip=1)  # noqa: E731
@@ -172,7 +164,7 @@ def _xent_function(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
 
 
 def _xent_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-    x = _float_tensor(info, "nn.CrossEntropyLoss")
+    x = info.float_input("nn.CrossEntropyLoss")
     m, mod = info.module_expr, info.module
     if m is None or mod is None or len(info.args) != 2 or info.kwargs:
         raise info.refuse("nn.CrossEntropyLoss called with other than (input, target)")

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
-
 from kernelsmith.compiler.library import LibraryKernel, NodeInfo, SeedUnsupported, TensorInfo
 from kernelsmith.compiler.templates.conv import bind_args
 
@@ -308,14 +306,6 @@ def _kernel(launcher: str) -> LibraryKernel:
     return LibraryKernel(name="norm", source=_SOURCE, launcher=launcher)
 
 
-def _float_input(info: NodeInfo) -> TensorInfo:
-    x = info.values[0] if info.values else None
-    if not isinstance(x, TensorInfo):
-        raise info.refuse(f"{info.key} of a non-tensor")
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise info.refuse(f"{info.key} on {x.dtype} (float16/bfloat16/float32 only)")
-    return x
-
 
 def _module_parts(info: NodeInfo) -> tuple[str, str, str]:
     if info.module is None or info.module_expr is None:
@@ -327,7 +317,7 @@ def _module_parts(info: NodeInfo) -> tuple[str, str, str]:
 
 
 def _batch_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-    x = _float_input(info)
+    x = info.float_input()
     m, w, b = _module_parts(info)
     want = {"nn.BatchNorm1d": (2, 3), "nn.BatchNorm2d": (4,), "nn.BatchNorm3d": (5,)}.get(info.key, ())
     if want and len(x.shape) not in want:
@@ -341,13 +331,13 @@ def _batch_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
 
 
 def _group_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-    _float_input(info)
+    info.float_input()
     m, w, b = _module_parts(info)
     return _kernel("_ks_group_norm"), [info.args[0], f"{m}.num_groups", w, b, f"{m}.eps"]
 
 
 def _instance_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-    x = _float_input(info)
+    x = info.float_input()
     m, w, b = _module_parts(info)
     nd = int(info.key[-2])
     if len(x.shape) != nd + 2:
@@ -377,7 +367,7 @@ def _layer_norm(info: NodeInfo, x: TensorInfo, normalized: tuple[int, ...], call
 
 
 def _layer_norm_module(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-    x = _float_input(info)
+    x = info.float_input()
     m, w, b = _module_parts(info)
     normalized = tuple(info.hyper.get("normalized_shape") or ())
     if not normalized:
@@ -401,7 +391,7 @@ _LN_DEF = {"weight": "None", "bias": "None", "eps": "1e-05"}
 
 
 def _layer_norm_functional(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-    x = _float_input(info)
+    x = info.float_input()
     if "input" in info.kwargs:
         raise info.decline("input= given by keyword")
     shape = info.values[1] if len(info.values) > 1 else info.kwvalues.get("normalized_shape")
@@ -425,7 +415,7 @@ _IN_DEF = {"running_mean": "None", "running_var": "None", "weight": "None", "bia
 def _functional(launcher: str, sig: Sequence[str],
                 defaults: dict[str, str]) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:
     def entry(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-        _float_input(info)
+        info.float_input()
         if "input" in info.kwargs:
             raise info.refuse("input= given by keyword")
         a = bind_args(info, sig, defaults, skip=1)

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-
-from kernelsmith.compiler.library import LibraryKernel, NodeInfo, TensorInfo
+from kernelsmith.compiler.library import LibraryKernel, NodeInfo
 from kernelsmith.compiler.templates.conv import bind_args, bound_value
 
 _SOURCE = '''
@@ -226,14 +224,6 @@ def _kernel(launcher: str) -> LibraryKernel:
     return LibraryKernel(name="pool", source=_SOURCE, launcher=launcher)
 
 
-def _float_input(info: NodeInfo) -> TensorInfo:
-    x = info.values[0] if info.values else None
-    if not isinstance(x, TensorInfo):
-        raise info.refuse(f"{info.key} of a non-tensor")
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
-        raise info.refuse(f"{info.key} on {x.dtype} (float16/bfloat16/float32 only)")
-    return x
-
 
 def _module(info: NodeInfo) -> str:
     if info.module is None or info.module_expr is None:
@@ -247,7 +237,7 @@ def _module(info: NodeInfo) -> str:
 
 def _max_module(nd: int) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:
     def entry(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-        _float_input(info)
+        info.float_input()
         m = _module(info)
         return _kernel("_ks_max_pool"), [info.args[0], str(nd), f"{m}.kernel_size", f"{m}.stride",
                                          f"{m}.padding", f"{m}.dilation", f"{m}.ceil_mode"]
@@ -256,7 +246,7 @@ def _max_module(nd: int) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]
 
 def _avg_module(nd: int) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:
     def entry(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-        _float_input(info)
+        info.float_input()
         m = _module(info)
         div = f"{m}.divisor_override" if nd > 1 else "None"
         return _kernel("_ks_avg_pool"), [info.args[0], str(nd), f"{m}.kernel_size", f"{m}.stride",
@@ -266,7 +256,7 @@ def _avg_module(nd: int) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]
 
 def _adaptive_module(nd: int, is_max: bool) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:
     def entry(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-        _float_input(info)
+        info.float_input()
         m = _module(info)
         return _kernel("_ks_adaptive_pool"), [info.args[0], str(nd), f"{m}.output_size", str(is_max)]
     return entry
@@ -281,7 +271,7 @@ _AVG_DEF = {"stride": "None", "padding": "0", "ceil_mode": "False", "count_inclu
 
 def _max_function(nd: int) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:
     def entry(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-        _float_input(info)
+        info.float_input()
         a = bind_args(info, _MAX_SIG, _MAX_DEF, skip=1)
         if bound_value(info, _MAX_SIG, "return_indices", False, skip=1) is not False:
             raise info.refuse("return_indices (no template writes indices)")
@@ -294,7 +284,7 @@ def _avg_function(nd: int) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str
     sig = _AVG_SIG if nd > 1 else _AVG_SIG[:-1]
 
     def entry(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-        _float_input(info)
+        info.float_input()
         a = bind_args(info, sig, _AVG_DEF, skip=1)
         return _kernel("_ks_avg_pool"), [info.args[0], str(nd), *(a[n] for n in _AVG_SIG)]
     return entry
@@ -304,7 +294,7 @@ def _adaptive_function(nd: int, is_max: bool) -> Callable[[NodeInfo], tuple[Libr
     sig = ("output_size", "return_indices") if is_max else ("output_size",)
 
     def entry(info: NodeInfo) -> tuple[LibraryKernel, list[str]]:
-        _float_input(info)
+        info.float_input()
         a = bind_args(info, sig, {"return_indices": "False"}, skip=1)
         if is_max and bound_value(info, sig, "return_indices", False, skip=1) is not False:
             raise info.refuse("return_indices (no template writes indices)")
