@@ -630,7 +630,8 @@ def report(rows: list[dict], p: str) -> str:
                          f"{why.splitlines()[-1][:90] if why else '—'} |")
             continue
         sp = (f"{r['speedup']:.2f}× ({r['speedup_ci'][0]:.2f}–{r['speedup_ci'][1]:.2f})" if r.get("speedup") else "—")
-        lines.append(f"| {Path(r['task']).parent.name}/{Path(r['task']).name} | {e:.4f} | "
+        mark = f" (from {r['measured_in']})" if r.get("measured_in") else ""
+        lines.append(f"| {Path(r['task']).parent.name}/{Path(r['task']).name}{mark} | {e:.4f} | "
                      f"{fx(ratio(e, r.get(f'compile_{p}_ms')))} | {fx(ratio(e, r.get('eager_tf32_ms')))} | "
                      f"{fx(ratio(e, r.get('compile_tf32_ms')))} | {fx(ratio(e, r.get('seed_ms')))} | "
                      f"{fx(ratio(e, r.get('tuned_ms')))} | {sp} | {fx(r.get('kept'))} | "
@@ -663,6 +664,7 @@ def resumed(paths: list[Path], precision: str) -> list[dict]:
             sys.exit(f"{path}: its precision is {data.get('env', {}).get('precision')!r}, this run's {precision!r}")
         for r in data.get("results", []):
             if "crash" not in r:
+                r.setdefault("measured_in", path.name)  # the report marks it: which call (code, device) timed it
                 rows[f'{level_of(Path(r["task"]))}/{Path(r["task"]).name}'] = r
     return list(rows.values())
 
