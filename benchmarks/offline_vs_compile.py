@@ -694,12 +694,15 @@ def main() -> None:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--resume", type=Path, nargs="*", default=[],
                     help="earlier --out files: their finished rows are kept and those tasks not run again")
+    ap.add_argument("--rerun", nargs="*", default=[],
+                    help="file name substrings: those resumed rows are dropped and the tasks timed again")
     ap.add_argument("--out", type=Path, default=Path("offline.json"))
     args = ap.parse_args()
     if DEVICE == "cpu":
         args.skip_compile = True
     files = select(args.items, args.sample, args.include)
-    earlier = resumed(args.resume, args.precision)
+    earlier = [r for r in resumed(args.resume, args.precision)
+               if not any(n in Path(r["task"]).name for n in args.rerun)]
     done = {(level_of(Path(r["task"])), Path(r["task"]).name) for r in earlier}
     files = [f for f in files if (level_of(f), f.name) not in done]
     if not files:

@@ -143,35 +143,43 @@ def _ks_norm_apply_kernel(x_ptr, y_ptr, mean_ptr, var_ptr, w_ptr, b_ptr, nbt_ptr
 
 
 @triton.jit
-def _ks_norm_apply_seg_kernel(x_ptr, y_ptr, mean_ptr, var_ptr, w_ptr, b_ptr, nbt_ptr, S, C, QDIV, QMOD, eps,
+def _ks_norm_apply_seg_kernel(x_ptr, y_ptr, mean_ptr, var_ptr, w_ptr, b_ptr, nbt_ptr, S, C, QDIV, QMOD, Q, QPP, eps,
                               PER_ELEM: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                               BUMP: tl.constexpr, BLOCK: tl.constexpr):
     # The same map over segments of S contiguous elements that share their statistics row and, unless PER_ELEM
-    # (LayerNorm's affine per element of the row), their channel: segment q = program_id(1) is channel q % C
-    # of row (q // QDIV) % QMOD. The index arithmetic is per program, the per-element work a load, a
-    # multiply-add and a store.
-    q = tl.program_id(1)
+    # (LayerNorm's affine per element of the row), their channel: segment q is channel q % C of row
+    # (q // QDIV) % QMOD. A program takes one block of columns of QPP consecutive segments: the index arithmetic
+    # is per segment, and LayerNorm's weight and bias block is read once for all of them (read per row, a
+    # 4M-element affine costs DRAM traffic equal to x's own).
     col = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = col < S
-    off = q.to(tl.int64) * S + col
-    row = (q // QDIV) % QMOD
-    mean = tl.load(mean_ptr + row).to(tl.float32)
-    rstd = 1.0 / tl.sqrt_rn(tl.load(var_ptr + row).to(tl.float32) + eps)
-    x = tl.load(x_ptr + off, mask=ok, other=0.0).to(tl.float32)
-    y = (x - mean) * rstd
     if PER_ELEM:
         if HAS_W:
-            y = y * tl.load(w_ptr + col, mask=ok, other=1.0).to(tl.float32)
+            w = tl.load(w_ptr + col, mask=ok, other=1.0).to(tl.float32)
         if HAS_B:
-            y = y + tl.load(b_ptr + col, mask=ok, other=0.0).to(tl.float32)
-    else:
-        if HAS_W:
-            y = y * tl.load(w_ptr + q % C).to(tl.float32)
-        if HAS_B:
-            y = y + tl.load(b_ptr + q % C).to(tl.float32)
-    tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=ok)
+            b = tl.load(b_ptr + col, mask=ok, other=0.0).to(tl.float32)
+    for i in range(0, QPP):
+        q = tl.minimum(tl.program_id(1) * QPP + i, Q - 1)  # spare turns of the last program: masked
+        live = col < tl.where(tl.program_id(1) * QPP + i < Q, S, 0)
+        off = q.to(tl.int64) * S + col
+        row = (q // QDIV) % QMOD
+        mean = tl.load(mean_ptr + row).to(tl.float32)
+        rstd = 1.0 / tl.sqrt_rn(tl.load(var_ptr + row).to(tl.float32) + eps)
+        x = tl.load(x_ptr + off, mask=live, other=0.0).to(tl.float32)
+        y = (x - mean) * rstd
+        if PER_ELEM:
+            if HAS_W:
+                y = y * w
+            if HAS_B:
+                y = y + b
+        else:
+            if HAS_W:
+                y = y * tl.load(w_ptr + q % C).to(tl.float32)
+            if HAS_B:
+                y = y + tl.load(b_ptr + q % C).to(tl.float32)
+        tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=live)
     if BUMP:
-        if (tl.program_id(0) == 0) & (q == 0):
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
             tl.store(nbt_ptr, tl.load(nbt_ptr) + 1)
 
 
@@ -205,10 +213,14 @@ def _ks_norm_apply(x, mean, var, weight, bias, eps, C, S, rdiv, rmod, nbt=None, 
     b = bias if bias is not None else mean
     n = nbt if nbt is not None else mean
     segments = total // S
-    if segments <= 65535 and (per_elem or (S >= _KS_NORM_SEG_MIN and rdiv % S == 0)):
-        # Long contiguous segments: one program per (block of a segment), no per-element index division.
-        _ks_norm_apply_seg_kernel[(triton.cdiv(S, block), segments)](
-            x, y, mean, var, w, b, n, S, C, rdiv // S, rmod, float(eps), PER_ELEM=per_elem,
+    cols = triton.cdiv(S, block)
+    # LayerNorm: as many rows per program as keep about _ks_norm_programs programs (its affine is read once
+    # per program); per-channel affines: one segment per program.
+    per = max(1, min(segments, cols * segments // _ks_norm_programs)) if per_elem else 1
+    if triton.cdiv(segments, per) <= 65535 and (per_elem or (S >= _KS_NORM_SEG_MIN and rdiv % S == 0)):
+        # Long contiguous segments: no per-element index division.
+        _ks_norm_apply_seg_kernel[(cols, triton.cdiv(segments, per))](
+            x, y, mean, var, w, b, n, S, C, rdiv // S, rmod, segments, per, float(eps), PER_ELEM=per_elem,
             HAS_W=weight is not None, HAS_B=bias is not None, BUMP=nbt is not None, BLOCK=block,
             num_warps=_KS_NORM_NUM_WARPS)
         return y
