@@ -188,6 +188,31 @@ def test_single_block_row_kernel_may_only_grow() -> None:
                 assert new > old
 
 
+def test_a_grid_derived_from_the_block_through_locals_lets_it_shrink() -> None:
+    """The matmul launcher computes its tile count a few lines above the grid (`tiles = cdiv(M, block_m) *
+    ...`, `grid = (tiles, batch, split)`): the output blocks are tiled, so their caps move both ways (they once
+    could only grow, and every tuner variant was a 128-256 tile: slow to compile, slow to run on small K)."""
+    source = HEADER + textwrap.dedent('''
+        @triton.jit
+        def mm_kernel(a_ptr, o_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+            pid = tl.program_id(0)
+            tl.store(o_ptr + pid, tl.load(a_ptr + pid))
+
+
+        def launch(a, o, M, N, split):
+            block_m = min(max(triton.next_power_of_2(M), 16), 128)
+            block_n = min(max(triton.next_power_of_2(N), 16), 128)
+            tiles = triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+            for phase in (1, 2) if split > 1 else (0,):
+                grid = (tiles, 1, split if phase == 1 else 1)
+                mm_kernel[grid](a, o, M, N, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4)
+    ''')
+    ks = _by_name(source)
+    for name in ("launch.block_m.cap", "launch.block_n.cap"):
+        assert not ks[name].grow_only, name
+        assert ks[name].moves() == (64, 256), name
+
+
 def test_literals_outside_the_block_and_inside_kernels_are_not_knobs() -> None:
     names = set(_by_name(ROW_KERNEL))
     assert names == {"forward.block.cap", "row_kernel.num_warps", "looped_kernel.BLOCK.cap"}

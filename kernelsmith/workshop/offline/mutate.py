@@ -389,11 +389,16 @@ class _Analysis:
             if isinstance(n, ast.For) and isinstance(n.iter, ast.Call) and _call_name(n.iter.func) in _RANGE_FUNCS:
                 if any(param in _names_in(a) for a in n.iter.args):
                     return True
+        # The grid's names, followed through the launcher's local assignments to any depth (`grid = (tiles,
+        # batch)` with `tiles = triton.cdiv(M, block_m) * ...` two lines up depends on block_m).
         grid_names = _names_in(grid)
         fn = self._func_of(grid)
-        if isinstance(grid, ast.Name) and fn is not None:
-            for v in self._assigns(fn, grid.id):
-                grid_names |= _names_in(v)
+        todo = list(grid_names) if fn is not None else []
+        while todo:
+            for v in self._assigns(fn, todo.pop()):
+                new = _names_in(v) - grid_names
+                grid_names |= new
+                todo += new
         value_names = _names_in(value) | {param}
         return bool(grid_names & value_names)
 
