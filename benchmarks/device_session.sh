@@ -36,7 +36,9 @@ for s in $steps; do
     speed) timeout 200 $py benchmarks/referee_speed.py --device cuda --n 5 --small --kb --out "$out/${tag}_speed.json" > "$out/${tag}_speed.log" 2>&1 ;;
     pool)  timeout -k 5 150 $py benchmarks/pool_throughput.py --n 60 --slots ${SLOTS:-8} --no-serial --timeout 30 --out "$out/${tag}_pool60.json" > "$out/${tag}_pool60.log" 2>&1 ;;
     aa)    timeout -k 5 110 $py benchmarks/referee_aa.py --repeats 3 --baseline-repeats 3 --out "$out/${tag}_aa.json" > "$out/${tag}_aa.log" 2>&1 ;;
-    ovc)   timeout -k 5 ${OVC_S:-540} $py benchmarks/offline_vs_compile.py ${OVC_ITEMS:-"$kb"} --sample ${SAMPLE:-12 12 8} \
+    ovc)   # Inductor compiles with a pool as wide as the machine in every worker: 8 workers x 16 on 16 cores
+           TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-2} \
+           timeout -k 5 ${OVC_S:-540} $py benchmarks/offline_vs_compile.py ${OVC_ITEMS:-"$kb"} --sample ${SAMPLE:-12 12 8} \
              --include 40_LayerNorm --workers ${WORKERS:-6} --variants ${VARIANTS:-6} --neighbours 3 --deadline-s ${DEADLINE:-270} \
              --hard-deadline-s ${HARD:-380} --task-timeout-s ${TASK_S:-200} ${OVC_ARGS:-} --out "$out/${tag}_ovc.json" > "$out/${tag}_ovc.log" 2>&1 ;;
     sweep) timeout -k 5 ${SWEEP_S:-240} $py benchmarks/kernelbench_sweep.py "$kb" --policy ${POLICY:-lenient} --check \

@@ -30,8 +30,9 @@ setting: ieee | tf32x3 | tf32; see `kernelsmith.referee.worker.set_precision`):
 
 Steps 1-2 run generated code in the workers: a benchmark shortcut for the search (the product's evolve sends
 every variant through the referee). Rows are written to `--out` as each task ends; a task running past
-`--task-timeout-s` (frozen time not counted) is killed and recorded as such; `--deadline-s` stops handing out
-tasks, keeping time for step 3.
+`--task-timeout-s` (frozen time not counted) is killed and recorded as such, and once a task has run
+`--prepare-share` of that time it compiles no more variants or neighbours (it is timed with what it has);
+`--deadline-s` stops handing out tasks, keeping time for step 3.
 """
 
 from __future__ import annotations
@@ -246,6 +247,13 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
     from kernelsmith.workshop.offline.mutate import knobs
 
     p = args.precision
+    t_task = time.monotonic()
+
+    def over_budget() -> bool:
+        """Variants and neighbours stop being compiled past this share of the task's time (a large dot tile
+        can take a minute to compile): the task goes on to be timed with what it has."""
+        return time.monotonic() - t_task > args.prepare_share * args.task_timeout_s
+
     overrides = fit(path, int(args.max_input_gib * (1 << 30))) if args.max_input_gib > 0 else {}
     task = Task.load(path, overrides, device=DEVICE)
     module = load_module(task.source, str(path), "offline_task_" + re.sub(r"\W", "_", path.stem))
@@ -304,6 +312,10 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
         row.setdefault("space", {})[label] = {"knobs": list(space.names), "size": space.size(),
                                               "seed": list(parsed.config)}
         for c in configs:
+            if over_budget():
+                row.setdefault("variants", []).append({"seed": label, "config": list(c),
+                                                       "check": "skipped: past the preparation budget"})
+                continue
             src = tune.with_config(seed.source, space, c, knobs)
             built, why = prepare(src, module, checks, workdir)
             row.setdefault("variants", []).append({"seed": label, "config": list(c), "check": why or "correct"})
@@ -330,6 +342,10 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
                 if f"{home}: {space.describe(c)}" not in programs][: args.neighbours] if best_parsed else []
         fresh = []
         for c in near:
+            if over_budget():
+                row.setdefault("neighbours", []).append({"config": list(c),
+                                                         "check": "skipped: past the preparation budget"})
+                continue
             src = tune.with_config(base, space, c, knobs)
             built, why = prepare(src, module, checks, workdir)
             row.setdefault("neighbours", []).append({"config": list(c), "check": why or "correct"})
@@ -684,6 +700,8 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=0.5, help="the referee's timing budget")
     ap.add_argument("--slots", type=int, default=None, help="the referee pool's slots (default: automatic)")
     ap.add_argument("--task-timeout-s", type=float, default=240.0)
+    ap.add_argument("--prepare-share", type=float, default=0.5,
+                    help="no variant or neighbour is compiled once a task has run this share of its timeout")
     ap.add_argument("--deadline-s", type=float, default=300.0, help="no task is started after this")
     ap.add_argument("--hard-deadline-s", type=float, default=420.0, help="tasks still running are cut here")
     ap.add_argument("--seed", type=int, default=0)
