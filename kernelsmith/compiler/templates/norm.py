@@ -4,19 +4,21 @@ All three are one pattern: statistics (mean, biased variance) per *row* of a con
 elementwise apply. A row is a channel across the batch for BatchNorm (N segments of S elements, C apart), an
 (n, c) instance for InstanceNorm, an (n, group) slab for GroupNorm. Rows are often few and long (BatchNorm: C
 rows of N*S), so the statistics are a split reduction that fills the GPU: kernel 1 gives each (row, split) a
-chunk and writes its count, mean and M2 (tile means combined with Chan's formula: no catastrophic cancellation
-from sum-of-squares); kernel 2 combines a row's partials the same way and, in BatchNorm training, updates the
+chunk and writes its count, mean and M2 (a Welford state per lane, the lanes combined with Chan's formula: no
+catastrophic cancellation from sum-of-squares); kernel 2 combines a row's partials the same way and, in BatchNorm training, updates the
 running statistics exactly like torch (momentum, or a cumulative average when momentum is None; unbiased
-variance); kernel 3 normalises and applies the per-channel affine, and bumps `num_batches_tracked`.
+variance); kernel 3 normalises and applies the per-channel affine, and bumps `num_batches_tracked` (over long
+contiguous segments, one program per block of a segment: the index arithmetic per segment, not per element).
 InstanceNorm with `track_running_stats` averages its per-instance statistics over the batch into the running
 buffers (torch's rule) in a small fourth kernel. Everything is read at run time (hidden sizes work); the
 block size and target program count are module-level knobs.
 
-LayerNorm is the same pattern with rows of prod(normalized_shape) elements and a per-element affine. It comes here
-only when the traced rows are few and long (`LAYER_NORM_SPLIT_ROWS`, `LAYER_NORM_SPLIT_LENGTH`): one program per
-row (the fused reduction template) would leave most of the GPU idle — KernelBench's LayerNorm has 16 rows of 4M
-elements for 132 multiprocessors. Otherwise the entry declines and the fused template, which also fuses the
-norm's neighbours, keeps it.
+LayerNorm is the same pattern with rows of prod(normalized_shape) elements and a per-element affine, which the
+apply reads once per block of columns for several rows (re-read per row, 16 rows of a 4M-element affine would
+cost the DRAM traffic of x itself). It comes here only when the traced rows are few and long
+(`LAYER_NORM_SPLIT_ROWS`, `LAYER_NORM_SPLIT_LENGTH`): one program per row (the fused reduction template) would
+leave most of the GPU idle — KernelBench's LayerNorm has 16 rows of 4M elements for 132 multiprocessors.
+Otherwise the entry declines and the fused template, which also fuses the norm's neighbours, keeps it.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ def _ks_norm_apply_seg_kernel(x_ptr, y_ptr, mean_ptr, var_ptr, w_ptr, b_ptr, nbt
         if HAS_B:
             b = tl.load(b_ptr + col, mask=ok, other=0.0).to(tl.float32)
     for i in range(0, QPP):
-        q = tl.minimum(tl.program_id(1) * QPP + i, Q - 1)  # spare turns of the last program: masked
+        q = tl.minimum(tl.program_id(1) * QPP + i, Q - 1)  # a spare turn of the last program stores nothing
         live = col < tl.where(tl.program_id(1) * QPP + i < Q, S, 0)
         off = q.to(tl.int64) * S + col
         row = (q // QDIV) % QMOD
@@ -316,7 +318,6 @@ def _ks_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 def _kernel(launcher: str) -> LibraryKernel:
     # One source (one paste) with three launchers: the lowering pastes per name, so they share the name "norm".
     return LibraryKernel(name="norm", source=_SOURCE, launcher=launcher)
-
 
 
 def _module_parts(info: NodeInfo) -> tuple[str, str, str]:
