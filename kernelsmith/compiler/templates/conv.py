@@ -414,7 +414,6 @@ def bound_value(info: NodeInfo, names: Sequence[str], name: str, default: Any, s
     return info.kwvalues.get(name, default)
 
 
-
 def _options(info: NodeInfo, precision: str | None) -> str | None:
     return precision if precision is not None else info.precision
 

@@ -20,8 +20,6 @@ import torch
 from kernelsmith.compiler.library import LibraryKernel, NodeInfo, TensorInfo
 from kernelsmith.compiler.templates.conv import bind_args, bound_value
 
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
-
 _TRI_SOURCE = '''
 _KS_TRI_BLOCK = 1024
 
@@ -119,7 +117,6 @@ def _ks_cross_entropy(x, target, ignore_index=-100, reduction="mean"):
     _ks_xent_total_kernel[(1,)](loss, cnt, out, N, MEAN=reduction == "mean", BLOCK=min(_ks_np2(N), 1024))
     return out
 '''
-
 
 
 def _tri(upper: bool) -> Callable[[NodeInfo], tuple[LibraryKernel, list[str]]]:

@@ -224,7 +224,6 @@ def _kernel(launcher: str) -> LibraryKernel:
     return LibraryKernel(name="pool", source=_SOURCE, launcher=launcher)
 
 
-
 def _module(info: NodeInfo) -> str:
     if info.module is None or info.module_expr is None:
         raise info.refuse("pooling module not available")
