@@ -11,7 +11,14 @@ undefined, a layout ptxas refuses). Triton compiles ahead of time for a named ta
                                                                           # (argument types, constexprs, num_warps,
                                                                           # num_stages) for cuda:ARCH (default 90)
 
-`compile` prints one JSON line per launch ({"kernel", "ok", "error"}) and exits 1 when any failed.
+    python benchmarks/gpu_codegen.py time PROGRAM.py LAUNCHES.json ARCH "BLOCK_M=256,num_warps=2" ...
+                                                                          # each noted launch with each set of
+                                                                          # overrides: compile seconds, shared memory
+
+`compile` prints one JSON line per launch ({"kernel", "ok", "error"}) and exits 1 when any failed. `time` (what a
+tuner variant costs to compile: a large dot tile can take a minute) prints one line per launch and override set
+({"kernel", "overrides", "ok", "s", "shared", "error"}); an override names a constexpr, num_warps or num_stages,
+and a launch without that constexpr is left out.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ import inspect
 import json
 import os
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 _PTR = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int64": "i64",
         "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
@@ -88,28 +97,50 @@ def record(task: str, program: str, out: str) -> None:
     Path(out).write_text(json.dumps(unique(launches), indent=1))
 
 
-def compile_all(program: str, launches: str, arch: int) -> int:
+def compile_one(prog: Any, launch: dict, arch: int) -> dict:
+    """One noted launch compiled for cuda:ARCH: {"kernel", "ok", "error"} (and "shared", its bytes, when ok)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
+    try:
+        src = triton.compiler.ASTSource(fn=getattr(prog, launch["kernel"]), signature=launch["signature"],
+                                        constexprs=launch["constexprs"])
+        k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                           options={"num_warps": launch["num_warps"], "num_stages": launch["num_stages"]})
+        return {"kernel": launch["kernel"], "ok": True, "shared": k.metadata.shared}
+    except Exception as exc:  # noqa: BLE001 - every launch is tried; the failures are the output
+        return {"kernel": launch["kernel"], "ok": False, "error": f"{type(exc).__name__}: {str(exc)[-1500:]}"}
+
+
+def compile_all(program: str, launches: str, arch: int) -> int:
     prog = _load(program, "codegen_program")
     failed = 0
     for launch in json.loads(Path(launches).read_text()):
-        fn = getattr(prog, launch["kernel"])
-        try:
-            src = triton.compiler.ASTSource(fn=fn, signature=launch["signature"], constexprs=launch["constexprs"])
-            triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                           options={"num_warps": launch["num_warps"], "num_stages": launch["num_stages"]})
-            print(json.dumps({"kernel": launch["kernel"], "ok": True}), flush=True)
-        except Exception as exc:  # noqa: BLE001 - every launch is tried; the failures are the output
-            failed += 1
-            print(json.dumps({"kernel": launch["kernel"], "ok": False,
-                              "error": f"{type(exc).__name__}: {str(exc)[-1500:]}"}), flush=True)
+        out = compile_one(prog, launch, arch)
+        failed += not out["ok"]
+        print(json.dumps({k: v for k, v in out.items() if k != "shared"}), flush=True)
     return 1 if failed else 0
+
+
+def time_overrides(program: str, launches: str, arch: int, sets: list[str]) -> None:
+    prog = _load(program, "codegen_program")
+    for launch in json.loads(Path(launches).read_text()):
+        for text in sets:
+            over = {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
+            if any(k not in launch["constexprs"] and k not in ("num_warps", "num_stages") for k in over):
+                continue
+            spec = dict(launch, constexprs={**launch["constexprs"], **{k: v for k, v in over.items()
+                                                                     if k in launch["constexprs"]}})
+            spec.update({k: v for k, v in over.items() if k in ("num_warps", "num_stages")})
+            t0 = time.perf_counter()
+            out = compile_one(prog, spec, arch)
+            print(json.dumps({"overrides": text, **out, "s": round(time.perf_counter() - t0, 1)}), flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "record":
         record(*sys.argv[2:5])
+    elif sys.argv[1] == "time":
+        time_overrides(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:])
     else:
         sys.exit(compile_all(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 90))

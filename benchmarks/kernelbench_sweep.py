@@ -294,6 +294,17 @@ def gpu_codegen_triton() -> str:
     return meta.name.removeprefix("triton-").removesuffix(".dist-info") if meta else triton.__version__
 
 
+def codegen_line(cg: dict[str, Any] | None) -> str:
+    """A seed's `gpu_codegen` result in the progress line."""
+    if not cg:
+        return ""
+    if cg.get("error"):
+        return cg["error"]
+    if not cg.get("launches"):
+        return "no launches"
+    return f"sm_{cg['arch']} (triton {cg['triton']}): {cg['compiled']}/{cg['launches']} compiled"
+
+
 def compile_for_gpu(seed_source: str, specs: list[dict]) -> dict[str, Any]:
     """The seed's kernels, as launched in the interpreter, compiled for cuda:GPU_CODEGEN in a child without the
     interpreter (`gpu_codegen.py compile`): a kernel that runs on the CPU but would not compile on the device."""
@@ -316,8 +327,9 @@ def compile_for_gpu(seed_source: str, specs: list[dict]) -> dict[str, Any]:
             return {"launches": len(specs), "error": "compiling took over 600 s", "s": time.perf_counter() - t0}
     results = [json.loads(ln) for ln in got.stdout.splitlines() if ln.startswith("{")]
     failed = [r for r in results if not r["ok"]]
-    out: dict[str, Any] = {"arch": GPU_CODEGEN, "triton": gpu_codegen_triton(), "launches": len(specs), "compiled": len(results) - len(failed),
-                           "failed": failed, "s": round(time.perf_counter() - t0, 1)}
+    out: dict[str, Any] = {"arch": GPU_CODEGEN, "triton": gpu_codegen_triton(), "launches": len(specs),
+                           "compiled": len(results) - len(failed), "failed": failed,
+                           "s": round(time.perf_counter() - t0, 1)}
     if len(results) < len(specs):
         out["error"] = got.stderr[-500:]
     return out
@@ -491,11 +503,9 @@ def sweep(files: list[Path], seed: bool, shrinking: bool, timeout_s: float, jobs
                 rows[str(f)] = last
                 del running[f]
                 sd = last.get("seed", {})
-                cg = sd.get("gpu_codegen")
-                cg = "" if cg is None else (cg.get("error") or f"sm_{cg.get('arch')} (triton {cg.get('triton')}): {cg.get('compiled', 0)}/"
-                                            f"{cg['launches']} compiled" if "launches" in cg else cg.get("error"))
                 print(f"{f.parent.name}/{f.name}: {sd.get('outcome', '-')} {sd.get('verdict', '')} "
-                      f"{len(last['set']['refused'])} refused {sd.get('why') or sd.get('reason') or ''} {cg}"[:300],
+                      f"{len(last['set']['refused'])} refused {sd.get('why') or sd.get('reason') or ''} "
+                      f"{codegen_line(sd.get('gpu_codegen'))}"[:300],
                       file=sys.stderr, flush=True)
     return rows
 

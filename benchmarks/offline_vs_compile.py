@@ -249,11 +249,6 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
     p = args.precision
     t_task = time.monotonic()
 
-    def over_budget() -> bool:
-        """Variants and neighbours stop being compiled past this share of the task's time (a large dot tile
-        can take a minute to compile): the task goes on to be timed with what it has."""
-        return time.monotonic() - t_task > args.prepare_share * args.task_timeout_s
-
     overrides = fit(path, int(args.max_input_gib * (1 << 30))) if args.max_input_gib > 0 else {}
     task = Task.load(path, overrides, device=DEVICE)
     module = load_module(task.source, str(path), "offline_task_" + re.sub(r"\W", "_", path.stem))
@@ -291,6 +286,19 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
         if label == "seed" and (args.policy != "lenient" or "library:conv" not in getattr(
                 seeds.get("seed"), "patterns", [])):
             break
+
+    def configured(base: str, space: Any, c: tuple, record: dict, into: list) -> Any:
+        """The program of `base` at knob configuration `c`, compiled and checked (None if it fails), its outcome
+        appended to `into`. Past `--prepare-share` of the task's time nothing more is compiled (a large dot tile
+        can take a minute): the task goes on to be timed with what it has."""
+        if time.monotonic() - t_task > args.prepare_share * args.task_timeout_s:
+            into.append({**record, "config": list(c), "check": "skipped: past the preparation budget"})
+            return None
+        src = tune.with_config(base, space, c, knobs)
+        built, why = prepare(src, module, checks, workdir)
+        into.append({**record, "config": list(c), "check": why or "correct"})
+        return None if built is None else (src, built)
+
     programs: dict[str, tuple[str, Any]] = {}  # label -> (source, built model)
     spaces: dict[str, tuple[Any, str]] = {}  # label -> (its seed's knob space, that seed's source)
     for label, seed in seeds.items():
@@ -312,15 +320,9 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
         row.setdefault("space", {})[label] = {"knobs": list(space.names), "size": space.size(),
                                               "seed": list(parsed.config)}
         for c in configs:
-            if over_budget():
-                row.setdefault("variants", []).append({"seed": label, "config": list(c),
-                                                       "check": "skipped: past the preparation budget"})
-                continue
-            src = tune.with_config(seed.source, space, c, knobs)
-            built, why = prepare(src, module, checks, workdir)
-            row.setdefault("variants", []).append({"seed": label, "config": list(c), "check": why or "correct"})
-            if built is not None:
-                programs[f"{label}: {space.describe(c)}"] = (src, built)
+            program = configured(seed.source, space, c, {"seed": label}, row.setdefault("variants", []))
+            if program is not None:
+                programs[f"{label}: {space.describe(c)}"] = program
 
     # 2. time under the lease: baselines, then every program, then the faster half again
     times: dict[str, float] = {}
@@ -342,16 +344,10 @@ def run_task(path: Path, args: argparse.Namespace, workdir: Path, lease: Lease) 
                 if f"{home}: {space.describe(c)}" not in programs][: args.neighbours] if best_parsed else []
         fresh = []
         for c in near:
-            if over_budget():
-                row.setdefault("neighbours", []).append({"config": list(c),
-                                                         "check": "skipped: past the preparation budget"})
-                continue
-            src = tune.with_config(base, space, c, knobs)
-            built, why = prepare(src, module, checks, workdir)
-            row.setdefault("neighbours", []).append({"config": list(c), "check": why or "correct"})
-            if built is not None:
+            program = configured(base, space, c, {}, row.setdefault("neighbours", []))
+            if program is not None:
                 fresh.append(f"{home}: {space.describe(c)}")
-                programs[fresh[-1]] = (src, built)
+                programs[fresh[-1]] = program
         if fresh:
             with lease:
                 for label in fresh:
