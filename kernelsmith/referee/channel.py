@@ -1,6 +1,9 @@
 """The judge's channel: framed messages over a Unix SOCK_SEQPACKET pair, tensors in shared arenas.
 
-One message is one packet: a JSON header (bounded size) and at most one file descriptor. Tensors never go in
+One message is one packet: a JSON header (bounded size) and at most one file descriptor. A header too big for
+one packet (a socket's send buffer, ~200 KiB by default, bounds a SEQPACKET datagram: a 300 KiB candidate source
+once failed with EMSGSIZE) travels in a memfd sent with a small packet that names its size, so a send never
+blocks on a peer that does not read. Tensors never go in
 the header: each side of a `Link` writes what it sends into its own arena, a memfd it maps read-write and the
 peer maps read-only (sealed against resizing and against new writable mappings), sent once and reused while
 messages fit. The receiver validates every layout against the arena (dtypes, shapes, aligned in-bounds ranges,
@@ -28,7 +31,9 @@ from typing import Any
 
 import torch
 
-MAX_HEADER = 1 << 20  # bytes of JSON in one packet
+MAX_HEADER = 1 << 20  # bytes of JSON in one message
+INLINE = 1 << 16  # a header up to this size travels in the packet; a larger one in a memfd sent with it
+SPILL_OP = "_spilled"  # the packet that carries a large header's memfd (first descriptor) and its size
 MAX_TENSORS = 4096
 MAX_DIM = 1 << 40  # elements in one dimension, and in one tensor
 ALIGN = 64
@@ -114,10 +119,19 @@ def send(sock: socket.socket, header: dict[str, Any], fds: Sequence[int] = ()) -
     data = json.dumps(header).encode()
     if len(data) > MAX_HEADER:
         raise ChannelError(f"message header of {len(data)} bytes is over {MAX_HEADER}")
+    spill = None
+    if len(data) > INLINE:
+        spill = os.memfd_create("kernelsmith-header", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.write(spill, data)  # a fresh memfd takes the whole write (at most MAX_HEADER bytes)
+        fcntl.fcntl(spill, fcntl.F_ADD_SEALS, ARENA_SEALS | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
+        data, fds = json.dumps({"op": SPILL_OP, "nbytes": len(data)}).encode(), [spill, *fds]
     try:
         socket.send_fds(sock, [data], list(fds)) if fds else sock.sendall(data)
     except (BrokenPipeError, ConnectionResetError) as exc:
         raise PeerGone(str(exc)) from exc
+    finally:
+        if spill is not None:
+            os.close(spill)
 
 
 class Message(dict):
@@ -380,31 +394,59 @@ class Link:
         self.sock.close()
 
 
+def _unspill(nbytes: Any, fd: int | None) -> bytes:
+    """A large header from the memfd `fd` that came with its packet: a regular file (never a pipe or socket a
+    read could block on) of exactly the size the packet names, read once, so later writes cannot reach it."""
+    if fd is None:
+        raise ChannelError("a spilled header came without its memory")
+    if not isinstance(nbytes, int) or isinstance(nbytes, bool) or not INLINE < nbytes <= MAX_HEADER:
+        raise ChannelError("oversized message")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise ChannelError("a spilled header's memory is not a file")
+    data = os.pread(fd, nbytes, 0)
+    if len(data) != nbytes:
+        raise ChannelError("a spilled header is shorter than its packet says")
+    return data
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(data)
+    except Exception as exc:  # noqa: BLE001 - a ValueError, or a RecursionError for deeply nested input
+        raise ChannelError("message is not JSON") from exc
+    if not isinstance(header, dict) or not isinstance(header.get("op"), str):
+        raise ChannelError("message has no op")
+    return header
+
+
 def recv(sock: socket.socket, timeout: float | None = None) -> Message:
     """One message; `PeerGone` at end of stream, `TimeoutError` past `timeout`, `ChannelError` if malformed."""
     sock.settimeout(timeout)
     try:
-        data, fds, flags, _ = socket.recv_fds(sock, MAX_HEADER + 1, 4)
+        data, fds, flags, _ = socket.recv_fds(sock, INLINE + 1, 4)
     except (ConnectionResetError, BrokenPipeError) as exc:
         raise PeerGone(str(exc)) from exc
     except TimeoutError as exc:
         raise TimeoutError("no message in time") from exc
     if not data and not fds:
         raise PeerGone("peer closed the channel")
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(data) > MAX_HEADER or len(fds) > 1:
-        for fd in fds:
-            os.close(fd)
-        raise ChannelError("oversized message")
     try:
-        header = json.loads(data)
-    except Exception as exc:  # noqa: BLE001 - a ValueError, or a RecursionError for deeply nested input
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(data) > INLINE or len(fds) > 2:
+            raise ChannelError("oversized message")
+        header = _parse(data)
+        if header["op"] == SPILL_OP:
+            spill = fds.pop(0) if fds else None
+            try:
+                header = _parse(_unspill(header.get("nbytes"), spill))
+            finally:
+                if spill is not None:
+                    os.close(spill)
+        if len(fds) > 1:
+            raise ChannelError("oversized message")
+    except ChannelError:
         for fd in fds:
             os.close(fd)
-        raise ChannelError("message is not JSON") from exc
-    if not isinstance(header, dict) or not isinstance(header.get("op"), str):
-        for fd in fds:
-            os.close(fd)
-        raise ChannelError("message has no op")
+        raise
     msg = Message(header)
     msg.fd = fds[0] if fds else None
     return msg

@@ -10,6 +10,7 @@ several candidates overlap on a GPU while the lease keeps every timing phase alo
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import threading
@@ -18,7 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from kernelsmith.referee.lease import lease_for
+from kernelsmith.referee.verdict import Status, Verdict
 from kernelsmith.settings import EvalRequest, EvalSettings, SettingsError
+
+log = logging.getLogger(__name__)
 
 # The options a request may set (kernelsmith.settings.EvalSettings); the rest (GPU, lease, spares) is the pool's.
 REQUEST_OPTIONS = set(EvalSettings.model_fields)
@@ -144,6 +148,10 @@ class LocalPool:
         t0 = time.monotonic()
         try:
             verdict = evaluate(task, Candidate(request["candidate_source"], "candidate"), opts).to_dict()
+        except Exception as exc:  # noqa: BLE001 - the referee's own failure: this verdict, not the whole batch
+            log.exception("referee failure on %s", request.get("task_name") or "a request")
+            verdict = Verdict(Status.CRASHED, error=f"referee failure (not the candidate's): "
+                              f"{type(exc).__name__}: {exc}"[:500]).to_dict()
         finally:
             with self._lock:
                 if gpu is not None:
