@@ -152,6 +152,43 @@ def test_header_only_messages_and_a_closed_peer(links):
         right.recv(timeout=5)
 
 
+def test_a_header_larger_than_a_packet_crosses_whole(links):
+    """A DenseNet201 candidate's 300 KiB source once failed with EMSGSIZE (a SEQPACKET datagram is bounded by the
+    socket's send buffer): a large header travels in a memfd, alongside the message's own descriptor."""
+    left, right = links
+    source = "x = 1\n" * 50_000 + "# é\n" * 150_000  # 300 KB, then 1 MB once non-ASCII is escaped
+    left.send({"op": "config", "source": source}, [torch.ones(3)])  # the first send also hands over the arena
+    msg = right.recv(timeout=5)
+    assert msg["op"] == "config" and msg["source"] == source and msg.values()[0].tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(channel.ChannelError, match="over"):
+        left.send({"op": "config", "source": "y" * channel.MAX_HEADER})
+
+
+@pytest.mark.parametrize("case", ["no_fd", "pipe", "short", "huge", "not_json", "bool_size", "extra_fds"])
+def test_hostile_spilled_headers_are_refused(case):
+    """The spill packet names a size and brings a descriptor: a pipe (a read that would block), a short or
+    absurd size, bad JSON and extra descriptors are protocol violations, and no descriptor is left open."""
+    a, b = channel.pair()
+    try:
+        body = b"not json" if case == "not_json" else json.dumps({"op": "run", "pad": "z" * 70_000}).encode()
+        fd = _memfd(0, 0)
+        os.write(fd, body)
+        nbytes = {"short": len(body) + 10, "huge": 1 << 30, "bool_size": True}.get(case, len(body))
+        packet = json.dumps({"op": channel.SPILL_OP, "nbytes": nbytes}).encode()
+        fds = {"no_fd": [], "extra_fds": [fd, fd, fd]}.get(case, [fd])
+        if case == "pipe":
+            r, w = os.pipe()
+            fds = [r]
+        socket.send_fds(a, [packet], fds) if fds else a.sendall(packet)
+        before = len(os.listdir("/proc/self/fd"))
+        with pytest.raises(channel.ChannelError):
+            channel.recv(b, timeout=5)
+        assert len(os.listdir("/proc/self/fd")) <= before
+    finally:
+        a.close()
+        b.close()
+
+
 # --------------------------------------------------------------------------------------------------------
 # The judge's side of the protocol, as native code in the candidate's process would attack it (red team,
 # 2026-12-03: a forged answer and guard report sent ahead of the runner's were accepted).

@@ -194,6 +194,24 @@ def test_local_pool_runs_requests_concurrently_in_order() -> None:
     assert pool.stats()["completed"] == 3  # the bad request never reached the referee
 
 
+def test_a_referee_failure_is_that_requests_verdict_not_the_batchs(monkeypatch) -> None:
+    """An H100 benchmark once lost 31 finished searches: one evaluation raised inside the referee (a send that
+    failed) and `evaluate_many` re-raised it. The failing request gets a crashed verdict that says whose fault."""
+    import kernelsmith.referee.evaluation as evaluation
+
+    real, doomed = evaluation.evaluate, (CANDIDATES / "adv_zeros.py").read_text()
+
+    def flaky(task, candidate, opts):
+        if candidate.source == doomed:
+            raise OSError(90, "Message too long")
+        return real(task, candidate, opts)
+
+    monkeypatch.setattr(evaluation, "evaluate", flaky)
+    verdicts = LocalPool("cpu", cpu_slots=2).evaluate_many(_requests())
+    assert [v["status"] for v in verdicts] == ["correct", "crashed", "compile_error", "bad_request"]
+    assert verdicts[1]["error"] == "referee failure (not the candidate's): OSError: [Errno 90] Message too long"
+
+
 def test_ray_backend_gives_the_local_pools_verdicts() -> None:
     ray = pytest.importorskip("ray")
     from kernelsmith.referee.ray_pool import RayPool

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-MAX_HEADER = 1 << 20  # bytes of JSON in one message
+MAX_HEADER = 32 << 20  # bytes of JSON in one message: two MAX_SOURCE-character sources, JSON-escaped (\uXXXX)
 INLINE = 1 << 16  # a header up to this size travels in the packet; a larger one in a memfd sent with it
 SPILL_OP = "_spilled"  # the packet that carries a large header's memfd (first descriptor) and its size
 MAX_TENSORS = 4096

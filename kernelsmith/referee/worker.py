@@ -1046,7 +1046,7 @@ def run_zygote() -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiting parents are reaped by the kernel
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(ctl, channel.MAX_HEADER, 3)
+            data, fds, _, _ = socket.recv_fds(ctl, channel.INLINE, 3)
         except OSError:
             return 0
         if not data:
