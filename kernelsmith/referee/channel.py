@@ -3,12 +3,11 @@
 One message is one packet: a JSON header (bounded size) and at most one file descriptor. A header too big for
 one packet (a socket's send buffer, ~200 KiB by default, bounds a SEQPACKET datagram: a 300 KiB candidate source
 once failed with EMSGSIZE) travels in a memfd sent with a small packet that names its size, so a send never
-blocks on a peer that does not read. Tensors never go in
-the header: each side of a `Link` writes what it sends into its own arena, a memfd it maps read-write and the
-peer maps read-only (sealed against resizing and against new writable mappings), sent once and reused while
-messages fit. The receiver validates every layout against the arena (dtypes, shapes, aligned in-bounds ranges,
-a byte budget) and copies the tensors out at once, so nothing the peer writes later reaches them. On a GPU both
-mappings are page-locked, so a gigabyte crosses by DMA. No pickle anywhere: values are JSON, tensors are raw
+blocks on a peer that does not read. Tensors never go in the header: each side of a `Link` writes what it sends
+into its own arena, a memfd it maps read-write and the peer maps read-only (sealed against resizing and against
+new writable mappings), sent once and reused while messages fit. The receiver validates every layout against the
+arena (dtypes, shapes, aligned in-bounds ranges, a byte budget) and copies the tensors out at once, so nothing
+the peer writes later reaches them. On a GPU both mappings are page-locked, so a gigabyte crosses by DMA. No pickle anywhere: values are JSON, tensors are raw
 bytes described by dtype and shape.
 
 Used by both sides of every referee conversation (orchestrator <-> judge: JSON and handed-on sockets only;
