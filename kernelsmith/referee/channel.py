@@ -7,8 +7,8 @@ blocks on a peer that does not read. Tensors never go in the header: each side o
 into its own arena, a memfd it maps read-write and the peer maps read-only (sealed against resizing and against
 new writable mappings), sent once and reused while messages fit. The receiver validates every layout against the
 arena (dtypes, shapes, aligned in-bounds ranges, a byte budget) and copies the tensors out at once, so nothing
-the peer writes later reaches them. On a GPU both mappings are page-locked, so a gigabyte crosses by DMA. No pickle anywhere: values are JSON, tensors are raw
-bytes described by dtype and shape.
+the peer writes later reaches them. On a GPU both mappings are page-locked, so a gigabyte crosses by DMA. No
+pickle anywhere: values are JSON, tensors are raw bytes described by dtype and shape.
 
 Used by both sides of every referee conversation (orchestrator <-> judge: JSON and handed-on sockets only;
 judge <-> candidate: a `Link`); stdlib + torch.
