@@ -715,12 +715,12 @@ def main() -> None:
     if DEVICE == "cpu":
         args.skip_compile = True
     files = select(args.items, args.sample, args.include)
+    if not files:
+        sys.exit(f"{' '.join(args.items)}: no task files")
     earlier = [r for r in resumed(args.resume, args.precision)
                if not any(n in Path(r["task"]).name for n in args.rerun)]
     done = {(level_of(Path(r["task"])), Path(r["task"]).name) for r in earlier}
-    files = [f for f in files if (level_of(f), f.name) not in done]
-    if not files:
-        sys.exit(f"{' '.join(args.items)}: no task files")
+    files = [f for f in files if (level_of(f), f.name) not in done]  # none left: the resumed rows are judged
     import torch
     import triton
 
