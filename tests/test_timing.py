@@ -55,6 +55,14 @@ def test_the_device_trace_is_set_against_the_recorder() -> None:
     assert [(f.name, f.severity.value) for f in found] == [("launch_not_on_device", "reject")]
     _, found = device_trace_findings(forged, "strict")
     assert {f.name for f in found} == {"launch_not_on_device", "device_kernel_unaccounted"}
+    # A whole model: 120 Triton kernels beside 200 library ones (only the first 64 of each were read, and
+    # ResNet101's honest seed was rejected for launches past them).
+    ours = {f"ks_elementwise_{i}_kernel": 1 for i in range(120)}
+    model = {"kernels": {**{f"cudnn_conv_{i}": 3 for i in range(200)}, **ours}, "recorded": ours}
+    assert device_trace_findings(model, "lenient")[1] == []
+    model["kernels"].pop("ks_elementwise_119_kernel")  # ... and a forged launch at the end is still caught
+    _, found = device_trace_findings(model, "lenient")
+    assert [f.name for f in found] == ["launch_not_on_device"] and "ks_elementwise_119_kernel" in found[0].message
     for broken in ({"error": "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES"}, {"kernels": {}, "recorded": {"k": 1}}):
         _, found = device_trace_findings(broken, "strict")
         assert [(f.name, f.severity.value) for f in found] == [("device_trace_unavailable", "warn")]

@@ -34,6 +34,7 @@ MAX_HEADER = 32 << 20  # bytes of JSON in one message: two MAX_SOURCE-character 
 INLINE = 1 << 16  # a header up to this size travels in the packet; a larger one in a memfd sent with it
 SPILL_OP = "_spilled"  # the packet that carries a large header's memfd (first descriptor) and its size
 MAX_TENSORS = 4096
+MAX_NAMES = 4096  # kernel names in a device trace (a whole model launches hundreds of distinct kernels)
 MAX_DIM = 1 << 40  # elements in one dimension, and in one tensor
 ALIGN = 64
 POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # fault a message's pages in at once, not one by one
