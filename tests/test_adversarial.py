@@ -421,10 +421,32 @@ def test_child_cannot_read_ancestors_environment(pool: EvalPool) -> None:
     assert not [line for line in v.log.splitlines() if line.startswith("ANCESTOR") and line.endswith(" readable")]
 
 
-@pytest.mark.uses("secret_cli")
-def test_encoded_secret_never_in_verdict(pool: EvalPool) -> None:
-    r = pool.result("secret_cli")
-    assert SECRET[::-1] not in r["stdout"]  # the read itself is refused, so no encoding of it can leak
+def _encodings(secret: str) -> dict[str, str]:
+    """The secret as a leaking candidate might print it (tests/candidates/adv_secret.py prints all of these)."""
+    import base64
+    import codecs
+    import urllib.parse
+
+    raw = secret.encode()
+    return {"literal": secret, "reversed": secret[::-1], "base64": base64.b64encode(raw).decode(),
+            "base64url": base64.urlsafe_b64encode(raw).decode(), "base32": base64.b32encode(raw).decode(),
+            "hex": raw.hex(), "HEX": raw.hex().upper(), "rot13": codecs.encode(secret, "rot13"),
+            "url": urllib.parse.quote(secret, safe=""), "codes": ",".join(str(ord(c)) for c in secret),
+            "utf16": secret.encode("utf-16-le").decode("latin-1")}
+
+
+@pytest.mark.parametrize("case", ["secret_api", "secret_cli"])
+def test_encoded_secret_never_in_verdict(pool: EvalPool, case: str) -> None:
+    """No encoding of the secret anywhere the candidate's output reaches (the verdict, the CLI's stdout and
+    stderr), also with whitespace removed (one character a line): the read itself is refused."""
+    r = pool.result(case)
+    outputs = [json.dumps(pool.verdict(case).to_dict(), ensure_ascii=False)]
+    if isinstance(r, dict):
+        outputs += [r.get("stdout", ""), r.get("stderr", "")]
+    for text in outputs:
+        squeezed = "".join(text.replace("\\n", "").split())
+        for name, enc in _encodings(SECRET).items():
+            assert enc not in text and enc not in squeezed, name
 
 
 # --------------------------------------------------------------------------------------------------------
