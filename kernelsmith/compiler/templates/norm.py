@@ -5,10 +5,11 @@ elementwise apply. A row is a channel across the batch for BatchNorm (N segments
 (n, c) instance for InstanceNorm, an (n, group) slab for GroupNorm. Rows are often few and long (BatchNorm: C
 rows of N*S), so the statistics are a split reduction that fills the GPU: kernel 1 gives each (row, split) a
 chunk and writes its count, mean and M2 (a Welford state per lane, the lanes combined with Chan's formula: no
-catastrophic cancellation from sum-of-squares); kernel 2 combines a row's partials the same way and, in BatchNorm training, updates the
-running statistics exactly like torch (momentum, or a cumulative average when momentum is None; unbiased
-variance); kernel 3 normalises and applies the per-channel affine, and bumps `num_batches_tracked` (over long
-contiguous segments, one program per block of a segment: the index arithmetic per segment, not per element).
+catastrophic cancellation from sum-of-squares); kernel 2 combines a row's partials the same way and, in
+BatchNorm training, updates the running statistics exactly like torch (momentum, or a cumulative average when
+momentum is None; unbiased variance); kernel 3 normalises and applies the per-channel affine, and bumps
+`num_batches_tracked` (over long contiguous segments, a program takes a block of columns of one or more
+segments: the index arithmetic per segment, not per element).
 InstanceNorm with `track_running_stats` averages its per-instance statistics over the batch into the running
 buffers (torch's rule) in a small fourth kernel. Everything is read at run time (hidden sizes work); the
 block size and target program count are module-level knobs.
